@@ -1,0 +1,271 @@
+"""The model-runner interface every backend implements.
+
+A backend owns one loaded causal LM and the KV caches of up to
+``max_sequences`` sequences. The engine and the drafters talk to it only
+through :meth:`Backend.forward` (append tokens to sequences' caches, return
+per-token logits and optionally final hidden states) and
+:meth:`Backend.truncate` (roll a sequence's cache back to a prefix, without
+recomputing anything).
+
+What later work plugs into without a rewrite:
+  * several sequences in one ``forward`` call (continuous batching in a server);
+  * token trees: ``ForwardRequest.tree_parents`` gives each new token's parent,
+    which a backend turns into per-token sequence ids (llama.cpp) or a 4-D
+    attention mask with depth-based position ids (transformers);
+  * per-token final hidden states next to the logits (draft heads such as
+    EAGLE or Medusa read them): ``ForwardRequest.hidden``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError, ContextOverflowError
+
+#: Text of end-of-turn tokens that chat templates emit; a token with one of these
+#: texts ends generation like EOS. Same list llama.cpp uses to build its
+#: end-of-generation set (llama-vocab.cpp), so both backends agree.
+END_OF_TURN_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<｜end▁of▁sentence｜>",
+    "<|return|>",
+    "<|call|>",
+)
+
+
+@dataclass
+class ForwardRequest:
+    """Tokens to append to one sequence's cache, and what to return for them.
+
+    Attributes:
+        seq_id: the sequence (from :meth:`Backend.allocate_sequence`, 0 always exists).
+        tokens: new token ids, placed at positions ``len(cache) + i`` (chains)
+            or at depth-based positions (trees).
+        logits: ``"all"``, ``"last"``, ``"none"`` or a list of row indices into
+            ``tokens`` whose logits are returned, in that order.
+        hidden: also return each returned row's final hidden state (after the
+            final norm), as draft heads need.
+        tree_parents: for a token tree, the parent of each new token as an index
+            into ``tokens`` (-1: the last cached token). Parents come before
+            children. None means a chain. Backends without tree support raise
+            :class:`NotImplementedError` (see ``Backend.supports_tree``).
+    """
+
+    seq_id: int
+    tokens: Sequence[int]
+    logits: str | Sequence[int] = "all"
+    hidden: bool = False
+    tree_parents: Sequence[int] | None = None
+
+    def output_rows(self) -> list[int]:
+        n = len(self.tokens)
+        if isinstance(self.logits, str):
+            if self.logits == "all":
+                return list(range(n))
+            if self.logits == "last":
+                return [n - 1] if n else []
+            if self.logits == "none":
+                return []
+            raise ValueError(f"logits must be 'all', 'last', 'none' or row indices, got {self.logits!r}")
+        return [int(i) for i in self.logits]
+
+
+@dataclass
+class ForwardResult:
+    """Outputs of one :class:`ForwardRequest`.
+
+    Attributes:
+        logits: float32 ``[n_out, V]``, one row per requested position, in the
+            order requested. May be a view of backend memory that the next
+            ``forward`` call overwrites: copy it to keep it.
+        hidden: float32 ``[n_out, H]`` final hidden states, or None.
+    """
+
+    logits: np.ndarray
+    hidden: np.ndarray | None = None
+
+
+@dataclass
+class _SequenceState:
+    tokens: list[int] = field(default_factory=list)
+    busy: bool = False
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Backend(abc.ABC):
+    """A loaded causal LM with per-sequence KV caches.
+
+    Subclasses set ``name``, ``vocab_size``, ``n_ctx``, ``eos_token_ids``,
+    ``max_sequences``, ``hidden_size``, call :meth:`_init_sequences`, and
+    implement the abstract methods.
+    """
+
+    name: str = "backend"
+    model_id: str = ""
+    vocab_size: int = 0
+    n_ctx: int = 0
+    hidden_size: int = 0
+    eos_token_ids: frozenset[int] = frozenset()
+    max_sequences: int = 1
+    supports_hidden: bool = True
+    supports_tree: bool = False
+    #: True when a position's logits do not depend on how many tokens share its
+    #: forward pass, so greedy speculation reproduces plain greedy bit for bit.
+    batch_invariant: bool = False
+
+    def __init__(self) -> None:
+        self._seqs: dict[int, _SequenceState] = {}
+
+    def _init_sequences(self) -> None:
+        self._seqs = {s: _SequenceState() for s in range(self.max_sequences)}
+
+    # ---- sequences and caches -------------------------------------------------
+
+    def allocate_sequence(self, prompt: Sequence[int] = ()) -> int:
+        """Take a free sequence, preferring the one whose cache shares the longest prefix with ``prompt``.
+
+        The cache is kept as it is (call :meth:`reuse_prefix` to trim it), so a
+        follow-up request of a multi-turn chat reuses its prefix's keys/values.
+
+        Raises:
+            ConfigError: all ``max_sequences`` sequences are in use.
+        """
+        best, best_len = None, -1
+        for s, st in self._seqs.items():
+            if st.busy:
+                continue
+            n = common_prefix_len(st.tokens, prompt)
+            if n > best_len:
+                best, best_len = s, n
+        if best is None:
+            raise ConfigError(f"all {self.max_sequences} sequences of this {self.name} context are in use")
+        self._seqs[best].busy = True
+        return best
+
+    def release_sequence(self, seq_id: int, keep_cache: bool = True) -> None:
+        """Mark a sequence free; its cache stays for prefix reuse unless ``keep_cache`` is False."""
+        if not keep_cache:
+            self.truncate(seq_id, 0)
+        self._seqs[seq_id].busy = False
+
+    def cached_tokens(self, seq_id: int) -> list[int]:
+        """Tokens whose keys/values are in the sequence's cache (do not mutate)."""
+        return self._seqs[seq_id].tokens
+
+    def truncate(self, seq_id: int, n_tokens: int) -> None:
+        """Roll the cache of ``seq_id`` back to its first ``n_tokens`` tokens (no recomputation)."""
+        st = self._seqs[seq_id]
+        if n_tokens < len(st.tokens):
+            self._truncate_cache(seq_id, n_tokens)
+            del st.tokens[n_tokens:]
+
+    def reuse_prefix(self, seq_id: int, tokens: Sequence[int], keep_last: int = 1) -> int:
+        """Keep the longest cached prefix of ``tokens[:len(tokens) - keep_last]``; drop the rest.
+
+        Returns the number of tokens kept, so that ``tokens[kept:]`` remain to be
+        evaluated (at least ``keep_last`` of them, whose logits are needed).
+        """
+        limit = max(len(tokens) - keep_last, 0)
+        n = common_prefix_len(self._seqs[seq_id].tokens, tokens[:limit])
+        self.truncate(seq_id, n)
+        return n
+
+    def forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """Append each request's tokens to its sequence's cache in one batched pass.
+
+        Raises:
+            ContextOverflowError: a sequence would exceed ``n_ctx`` positions.
+            NotImplementedError: a tree request on a backend without tree support,
+                or hidden states where unsupported.
+        """
+        for r in requests:
+            st = self._seqs[r.seq_id]
+            if len(st.tokens) + len(r.tokens) > self.n_ctx:
+                raise ContextOverflowError(
+                    f"sequence needs {len(st.tokens) + len(r.tokens)} positions but the "
+                    f"{self.name} context holds {self.n_ctx} (raise --ctx-size)"
+                )
+            if r.tree_parents is not None and not self.supports_tree:
+                raise NotImplementedError(f"the {self.name} backend does not verify token trees yet")
+            if r.hidden and not self.supports_hidden:
+                raise NotImplementedError(f"the {self.name} backend does not return hidden states")
+        results = self._forward(requests)
+        for r in requests:
+            self._seqs[r.seq_id].tokens.extend(int(t) for t in r.tokens)
+        return results
+
+    @abc.abstractmethod
+    def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """Run the model; positions start at each sequence's current cache length."""
+
+    @abc.abstractmethod
+    def _truncate_cache(self, seq_id: int, n_tokens: int) -> None:
+        """Drop cache entries at positions >= n_tokens."""
+
+    # ---- tokenizer ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of ``text`` (with BOS where the model wants one when add_special)."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens skipped."""
+
+    @abc.abstractmethod
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary entry of one id, special tokens rendered (for comparing vocabularies)."""
+
+    @property
+    @abc.abstractmethod
+    def chat_template(self) -> str | None:
+        """The model's chat template (Jinja source) or None."""
+
+    @abc.abstractmethod
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of ``messages`` rendered with the model's template and a generation prompt."""
+
+    def close(self) -> None:
+        """Free the model and caches."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- helpers --------------------------------------------------------------
+
+    def check_prompt_fits(self, n_prompt: int) -> None:
+        if n_prompt == 0:
+            raise ConfigError("the prompt is empty")
+        if n_prompt >= self.n_ctx:
+            raise ContextOverflowError(
+                f"prompt has {n_prompt} tokens but the target's context window is {self.n_ctx} "
+                f"(it must leave room for at least one new token; raise --ctx-size)"
+            )
+
+    def vocabulary_sample(self, n: int = 512) -> list[tuple[int, str]]:
+        """(id, text) of evenly spread ids, first and last ids included; compares vocabularies cheaply."""
+        v = self.vocab_size
+        ids = sorted(set(np.linspace(0, v - 1, num=min(n, v), dtype=np.int64).tolist()) | set(range(min(32, v))))
+        return [(i, self.token_text(i)) for i in ids]

@@ -1,0 +1,411 @@
+"""llama.cpp backend (GGUF models) through llama-cpp-python's low-level C API.
+
+Exact numerics (the default, ``numerics="exact"``): a position's logits must
+not depend on how many tokens share its forward pass, or greedy speculation
+drifts from plain greedy decoding. Measured on this project's CPUs, that needs:
+
+  * a build without llamafile's sgemm (``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"``);
+  * flash attention off (``flash_attn_type`` disabled; 'auto' enables it on CPU);
+  * no weight repacking (``use_extra_bufts = False``: the repacked Q4_0/Q4_K
+    kernels take a different path from 4 rows on);
+  * no tiled K-quant matmul (``GGML_CPU_TILED_MM=0``, read once per process:
+    it takes over from 8 rows on).
+
+With all four a position's logits are bitwise identical alone or in a batch of
+1-16. ``numerics="fast"`` keeps llama.cpp's defaults: lossless only up to
+kernel numerics. :mod:`speculative.numerics` checks the build at start-up.
+
+Sliding-window models (Gemma 3) use a full-size cache (``swa_full``), so a
+rollback may reach any position.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelNotFoundError
+from .base import Backend, ForwardRequest, ForwardResult
+
+_lib_lock = threading.Lock()
+_backend_ready = False
+_log_callback = None  # keep the ctypes callback alive for the process
+_verbose = False
+
+
+def _llama():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise BackendUnavailableError(
+            "the llama.cpp backend needs llama-cpp-python; run the README's set-up "
+            "(it builds llama-cpp-python with -DGGML_LLAMAFILE=OFF)"
+        ) from e
+    return llama_cpp
+
+
+def _init_library(exact: bool, verbose: bool = False) -> None:
+    global _backend_ready, _log_callback, _verbose
+    if exact:
+        # ggml reads this once, at the first matmul of the process.
+        os.environ["GGML_CPU_TILED_MM"] = "0"
+    with _lib_lock:
+        if _backend_ready:
+            return
+        L = _llama()
+
+        def _log(level, text, user_data):  # pragma: no cover - only prints when verbose
+            if _verbose and text:
+                print(text.decode("utf-8", "replace"), end="", flush=True)
+
+        _verbose = verbose
+        _log_callback = L.llama_log_callback(_log)
+        L.llama_log_set(_log_callback, ctypes.c_void_p())
+        L.llama_backend_init()
+        _backend_ready = True
+
+
+def system_info() -> str:
+    """llama.cpp's build/CPU feature line (e.g. 'AVX2 = 1 | ... | LLAMAFILE = 1')."""
+    return _llama().llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def is_gguf_file(path: str | os.PathLike) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def default_threads() -> int:
+    """Physical cores if known, else logical CPUs (llama.cpp is compute-bound per core)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+        if n:
+            return max(1, min(n, len(os.sched_getaffinity(0))))
+    except Exception:  # pragma: no cover - psutil is a dependency, but stay robust
+        pass
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model in a llama.cpp context with ``max_sequences`` KV-cache sequences.
+
+    Args:
+        path: GGUF file.
+        n_ctx: positions per sequence; 0 means the model's training context. Capped at it.
+        n_threads: CPU threads (default: physical cores).
+        max_sequences: sequences held at once (several clients of a server).
+        numerics: "exact" (batch-invariant logits, the default) or "fast".
+        n_batch: most tokens per llama_decode call (prompts are split into such chunks).
+        model_id: the name shown in stats and errors.
+
+    Raises:
+        ModelNotFoundError: no file at ``path``.
+        ModelLoadError: the file is not a loadable GGUF model.
+    """
+
+    name = "llama.cpp"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        max_sequences: int = 1,
+        numerics: str = "exact",
+        n_batch: int = 512,
+        model_id: str | None = None,
+        verbose: bool = False,
+    ):
+        super().__init__()
+        if numerics not in ("exact", "fast"):
+            raise ConfigError(f"numerics must be 'exact' or 'fast', got {numerics!r}")
+        self.path = Path(path)
+        self.model_id = model_id or self.path.name
+        self.numerics = numerics
+        if not self.path.is_file():
+            raise ModelNotFoundError(f"no model file at {self.path}")
+        if not is_gguf_file(self.path):
+            raise ModelLoadError(f"{self.path} is not a GGUF file (wrong magic bytes)")
+        _init_library(numerics == "exact", verbose)
+        L = self._L = _llama()
+        self._model = None
+        self._ctx = None
+        self._batch = None
+
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = 0
+        if numerics == "exact":
+            mp.use_extra_bufts = False  # no repacked weights (batch-dependent kernels)
+        model = L.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: corrupt or unsupported GGUF")
+        self._model = model
+        self._vocab = L.llama_model_get_vocab(model)
+        self.vocab_size = int(L.llama_vocab_n_tokens(self._vocab))
+        self.hidden_size = int(L.llama_model_n_embd(model))
+        self.n_ctx_train = int(L.llama_model_n_ctx_train(model))
+        self.n_swa = int(L.llama_model_n_swa(model))
+
+        if n_ctx is None or n_ctx <= 0:
+            n_ctx = self.n_ctx_train
+        n_ctx = min(int(n_ctx), self.n_ctx_train) if self.n_ctx_train > 0 else int(n_ctx)
+        if max_sequences < 1:
+            raise ConfigError("max_sequences must be >= 1")
+        self.max_sequences = int(max_sequences)
+        self._init_sequences()
+        self.n_threads = int(n_threads or default_threads())
+        if self.n_threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {n_threads}")
+
+        cp = L.llama_context_default_params()
+        # One KV stream per sequence (kv_unified off): a sequence's cells stay
+        # contiguous and in order, whatever other sequences do.
+        cp.n_ctx = n_ctx * self.max_sequences
+        cp.n_batch = int(n_batch)
+        cp.n_ubatch = int(n_batch)
+        cp.n_seq_max = self.max_sequences
+        cp.kv_unified = False
+        cp.n_threads = self.n_threads
+        cp.n_threads_batch = self.n_threads
+        cp.swa_full = True
+        cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+        cp.embeddings = False
+        if numerics == "exact":
+            cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            self.close()
+            raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
+        self._ctx = ctx
+        self._mem = L.llama_get_memory(ctx)
+        self.n_ctx = int(L.llama_n_ctx_seq(ctx)) if hasattr(L, "llama_n_ctx_seq") else n_ctx
+        self.n_batch = int(n_batch)
+        self._embeddings_on = False
+        self.batch_invariant = numerics == "exact"
+
+        self._batch_cap = self.n_batch
+        self._batch = L.llama_batch_init(self._batch_cap, 0, self.max_sequences)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self._batch_cap,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self._batch_cap,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self._batch_cap,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self._batch_cap,))
+        self._slot_seq = np.full(self._batch_cap, -1, dtype=np.int64)
+
+        self.eos_token_ids = self._end_of_generation_ids()
+        bos = L.llama_vocab_bos(self._vocab)
+        self.bos_token_id = int(bos) if bos >= 0 else None
+        self._chat_template = self._read_chat_template()
+        self._formatter = None
+
+    # ---- model facts ------------------------------------------------------------
+
+    def _end_of_generation_ids(self) -> frozenset[int]:
+        """llama.cpp's end-of-generation set: EOS, EOT, EOM and end-of-turn tokens."""
+        L = self._L
+        return frozenset(t for t in range(self.vocab_size) if L.llama_vocab_is_eog(self._vocab, t))
+
+    def _read_chat_template(self) -> str | None:
+        L = self._L
+        tmpl = L.llama_model_chat_template(self._model, None)
+        if not tmpl:
+            return None
+        return tmpl.decode("utf-8", "replace")
+
+    # ---- caches -------------------------------------------------------------------
+
+    def _truncate_cache(self, seq_id: int, n_tokens: int) -> None:
+        ok = self._L.llama_memory_seq_rm(self._mem, seq_id, n_tokens, -1)
+        if not ok:  # pragma: no cover - only for recurrent models
+            raise RuntimeError(f"llama.cpp could not roll sequence {seq_id} back to {n_tokens} tokens")
+
+    def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        L = self._L
+        want_hidden = any(r.hidden for r in requests)
+        if want_hidden != self._embeddings_on:
+            L.llama_set_embeddings(self._ctx, want_hidden)
+            self._embeddings_on = want_hidden
+        # Lay out every request's tokens; split into n_batch chunks when needed.
+        plan = []  # (seq_id, token, pos, want_output)
+        out_index: list[list[int]] = []
+        for r in requests:
+            start = len(self._seqs[r.seq_id].tokens)
+            rows = r.output_rows()
+            want = np.zeros(len(r.tokens), dtype=bool)
+            want[rows] = True
+            plan.append((r, start, want))
+            out_index.append(rows)
+        total = sum(len(r.tokens) for r in requests)
+        if total <= self._batch_cap:
+            return self._decode_once(plan, out_index, want_hidden)
+        return self._decode_chunked(plan, out_index, want_hidden)
+
+    def _fill(self, chunks) -> int:
+        """Write (seq_id, tokens, positions, want) chunks into the batch; returns n_tokens."""
+        n = 0
+        b = self._batch
+        for seq_id, toks, start, want in chunks:
+            m = len(toks)
+            self._tok[n : n + m] = toks
+            self._pos[n : n + m] = np.arange(start, start + m)
+            self._nseq[n : n + m] = 1
+            self._out[n : n + m] = want
+            for i in range(n, n + m):
+                if self._slot_seq[i] != seq_id:
+                    b.seq_id[i][0] = seq_id
+                    self._slot_seq[i] = seq_id
+            n += m
+        b.n_tokens = n
+        return n
+
+    def _decode(self) -> None:
+        rc = self._L.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with status {rc} (KV cache full or invalid batch)")
+
+    def _decode_once(self, plan, out_index, want_hidden) -> list[ForwardResult]:
+        self._fill([(r.seq_id, r.tokens, start, want) for r, start, want in plan])
+        self._decode()
+        n_out = int(sum(int(w.sum()) for _, _, w in plan))
+        logits = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx), shape=(max(n_out, 1), self.vocab_size))
+        hidden = None
+        if want_hidden:
+            hidden = np.ctypeslib.as_array(
+                self._L.llama_get_embeddings(self._ctx), shape=(max(n_out, 1), self.hidden_size)
+            )
+        results = []
+        off = 0
+        for (r, _, want), rows in zip(plan, out_index):
+            k = int(want.sum())
+            sel = slice(off, off + k)
+            lg = logits[sel]
+            hd = hidden[sel] if (hidden is not None and r.hidden) else None
+            if rows != sorted(rows):  # caller asked for an order other than batch order
+                order = np.argsort(np.argsort(rows))
+                lg = lg[order]
+                hd = hd[order] if hd is not None else None
+            results.append(ForwardResult(lg, hd))
+            off += k
+        return results
+
+    def _decode_chunked(self, plan, out_index, want_hidden) -> list[ForwardResult]:
+        """Long inputs (prompts): one request at a time, n_batch tokens per decode call."""
+        results = []
+        for (r, start, want), rows in zip(plan, out_index):
+            toks = list(r.tokens)
+            got_logits, got_hidden = [], []
+            for c0 in range(0, len(toks), self._batch_cap):
+                c1 = min(c0 + self._batch_cap, len(toks))
+                self._fill([(r.seq_id, toks[c0:c1], start + c0, want[c0:c1])])
+                self._decode()
+                k = int(want[c0:c1].sum())
+                if k:
+                    lg = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx), shape=(k, self.vocab_size))
+                    got_logits.append(lg.copy())
+                    if r.hidden:
+                        hd = np.ctypeslib.as_array(
+                            self._L.llama_get_embeddings(self._ctx), shape=(k, self.hidden_size)
+                        )
+                        got_hidden.append(hd.copy())
+            lg = np.concatenate(got_logits) if got_logits else np.zeros((0, self.vocab_size), np.float32)
+            hd = np.concatenate(got_hidden) if got_hidden else None
+            if rows != sorted(rows):
+                order = np.argsort(np.argsort(rows))
+                lg = lg[order]
+                hd = hd[order] if hd is not None else None
+            results.append(ForwardResult(lg, hd))
+        return results
+
+    # ---- tokenizer ---------------------------------------------------------------
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        L = self._L
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, True)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, True)
+        ids = list(buf[:n])
+        # a template that renders the BOS text, tokenized with add_special, yields two
+        if (
+            add_special
+            and self.bos_token_id is not None
+            and len(ids) >= 2
+            and ids[0] == ids[1] == self.bos_token_id
+        ):
+            ids = ids[1:]
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        L = self._L
+        n = len(ids)
+        if n == 0:
+            return ""
+        arr = (L.llama_token * n)(*ids)
+        cap = 8 * n + 16
+        buf = ctypes.create_string_buffer(cap)
+        m = L.llama_detokenize(self._vocab, arr, n, buf, cap, False, False)
+        if m < 0:
+            cap = -m
+            buf = ctypes.create_string_buffer(cap)
+            m = L.llama_detokenize(self._vocab, arr, n, buf, cap, False, False)
+        return buf.raw[:m].decode("utf-8", "replace")
+
+    def token_text(self, token_id: int) -> str:
+        t = self._L.llama_vocab_get_text(self._vocab, int(token_id))
+        return t.decode("utf-8", "replace") if t else ""
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        if not self._chat_template:
+            raise ConfigError(f"{self.model_id} has no chat template; use --no-chat")
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            L = self._L
+            bos = L.llama_vocab_bos(self._vocab)
+            eos = L.llama_vocab_eos(self._vocab)
+            self._formatter = Jinja2ChatFormatter(
+                template=self._chat_template,
+                eos_token=self.token_text(eos) if eos >= 0 else "",
+                bos_token=self.token_text(bos) if bos >= 0 else "",
+                add_generation_prompt=True,
+            )
+        prompt = self._formatter(messages=list(messages)).prompt
+        return self.encode(prompt, add_special=True)
+
+    def close(self) -> None:
+        L = getattr(self, "_L", None)
+        if L is None:
+            return
+        if self._batch is not None:
+            L.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            L.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,201 @@
+"""Command line: ``speculative generate | doctor | models | drafters | make-drafter``.
+
+User mistakes print one line (``error: ...``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .errors import SpeculativeError
+
+
+def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> None:
+    from .backends import BACKENDS, DEFAULT_BACKEND
+    from .models import DEFAULT_TARGET
+
+    p.add_argument("--target", default=DEFAULT_TARGET, help=f"target model: registered name, GGUF path, HF folder or id (default {DEFAULT_TARGET})")
+    if drafter:
+        p.add_argument(
+            "--drafter",
+            default=None,
+            help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N], model:NAME (default: ngram)",
+        )
+    p.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS, help=f"default {DEFAULT_BACKEND}")
+    p.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens per sequence (0: the model's maximum; default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "--numerics",
+        default="exact",
+        choices=("exact", "fast"),
+        help="llama.cpp kernels: exact (batch-invariant, greedy output identical to plain decoding; default) "
+        "or fast (llama.cpp defaults: lossless up to kernel numerics)",
+    )
+    p.add_argument("--device", default=None, help="transformers backend: cpu, cuda, cuda:N (default: cuda if available)")
+    p.add_argument("--dtype", default=None, help="transformers backend: float32, bfloat16, float16")
+
+
+def _add_sampling_options(p: argparse.ArgumentParser) -> None:
+    from .config import DEFAULT_NUM_SPECULATIVE_TOKENS
+
+    p.add_argument("--k", "--num-speculative-tokens", dest="k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS,
+                   help=f"most draft tokens per step (default {DEFAULT_NUM_SPECULATIVE_TOKENS})")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 disables (default)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+
+
+def _load_generator(args, max_sequences: int = 1):
+    from .config import GenerationConfig, SamplingParams
+    from .engine import SpeculativeGenerator
+
+    cfg = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        num_speculative_tokens=args.k,
+        sampling=SamplingParams(args.temperature, args.top_k, args.top_p, args.seed),
+    ).validate()  # before loading anything: bad settings fail fast
+    if args.threads is not None and args.threads < 1:
+        raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
+    drafter = args.drafter if args.drafter is not None else "ngram"
+    from .drafters import parse_drafter_spec
+
+    parse_drafter_spec(drafter)
+    return SpeculativeGenerator.from_pretrained(
+        args.target,
+        drafter,
+        args.backend,
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        numerics=args.numerics,
+        device=args.device,
+        dtype=args.dtype,
+        max_sequences=max_sequences,
+        config=cfg,
+    )
+
+
+def cmd_generate(args) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt or not prompt.strip():
+        raise SpeculativeError("the prompt is empty")
+    gen = _load_generator(args)
+    try:
+        stream = gen.stream(prompt, chat=args.chat)
+        if args.json:
+            for _ in stream:
+                pass
+            print(json.dumps(stream.result.to_dict(), ensure_ascii=False))
+        else:
+            for piece in stream:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            r = stream.result
+            print(f"[{gen.drafter.description}, k={args.k}] {r.stats.summary()}", file=sys.stderr)
+    finally:
+        gen.close()
+    return 0
+
+
+def cmd_models(args) -> int:
+    from .models import REGISTRY
+
+    for name, m in sorted(REGISTRY.items()):
+        try:
+            where = str(m.gguf_path(verify=False))
+        except SpeculativeError as e:
+            where = f"not installed ({e})"
+        print(f"{name}\n  {m.description}\n  packages: {' '.join(m.packages)}\n  file: {where}")
+    return 0
+
+
+def cmd_drafters(args) -> int:
+    from .drafters import DRAFTER_TYPES
+
+    for kind, t in sorted(DRAFTER_TYPES.items()):
+        name = {True: f"{kind}:NAME_OR_PATH", False: kind, None: f"{kind}[:NAME_OR_PATH]"}[t.needs_name]
+        print(f"{name}\n  {t.help}")
+        for key, help_ in t.options.items():
+            print(f"    {key}=...  {help_}")
+    return 0
+
+
+def cmd_make_drafter(args) -> int:
+    from .derive import derive_drafter
+
+    out = derive_drafter(
+        args.target, args.output, quant=args.quant, drop_layers=args.drop_layers,
+        n_threads=args.threads, overwrite=args.force,
+    )
+    print(f"wrote {out}; use it with --drafter model:{out}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor(check_models=not args.quick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="speculative", description="Lossless speculative decoding (llama.cpp and transformers).")
+    p.add_argument("--version", action="version", version=f"speculative {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    g = sub.add_parser("generate", help="generate text from a prompt with speculative decoding")
+    g.add_argument("prompt", help="the prompt ('-' reads standard input)")
+    _add_model_options(g)
+    _add_sampling_options(g)
+    chat = g.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the model's chat template (default when it has one)")
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="use the prompt as raw text")
+    g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
+    g.set_defaults(func=cmd_generate)
+
+    d = sub.add_parser("doctor", help="check the environment: llama.cpp numerics, model packages, versions")
+    d.add_argument("--quick", action="store_true", help="skip loading the models")
+    d.set_defaults(func=cmd_doctor)
+
+    m = sub.add_parser("models", help="list the registered models and where their files are")
+    m.set_defaults(func=cmd_models)
+
+    dr = sub.add_parser("drafters", help="list the drafter types and their options")
+    dr.set_defaults(func=cmd_drafters)
+
+    from .derive import QUANT_TYPES
+
+    md = sub.add_parser("make-drafter", help="derive a cheaper same-vocabulary draft GGUF from a target (re-quantize, prune layers)")
+    md.add_argument("--target", default="smollm2-135m-instruct", help="GGUF target (registered name or path)")
+    md.add_argument("--output", "-o", required=True, help="path of the new GGUF")
+    md.add_argument("--quant", default="Q4_0", type=str.upper, choices=QUANT_TYPES, help="weight type (default Q4_0)")
+    md.add_argument("--drop-layers", type=int, default=0, help="transformer blocks to prune, spread evenly (default 0)")
+    md.add_argument("--threads", type=int, default=None)
+    md.add_argument("--force", action="store_true", help="replace an existing output file")
+    md.set_defaults(func=cmd_make_drafter)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpeculativeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `speculative generate ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

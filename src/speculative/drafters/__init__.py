@@ -1,0 +1,190 @@
+"""Drafters and the ``--drafter`` spec: ``TYPE[:NAME_OR_PATH][,key=value...]``.
+
+Examples: ``none``, ``ngram``, ``ngram,min=1,max=4``, ``model:smollm2-135m-instruct``,
+``model:/path/to/draft.gguf,threads=1``.
+
+New drafter types register a factory under a new TYPE word with
+:func:`register_drafter`; the CLI, bench and server need no new flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..backends.base import Backend
+from ..errors import ConfigError
+from .base import BuildContext, DraftProposal, Drafter, DraftState, NoDrafter
+from .draft_model import DraftModelDrafter
+from .ngram import NgramDrafter
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A parsed ``--drafter`` value."""
+
+    kind: str
+    name: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        s = self.kind + (f":{self.name}" if self.name else "")
+        return s + "".join(f",{k}={v}" for k, v in self.options.items())
+
+
+@dataclass(frozen=True)
+class DrafterType:
+    """A registered drafter TYPE.
+
+    Attributes:
+        kind: the TYPE word.
+        factory: ``(spec, target, ctx) -> Drafter``.
+        options: accepted option keys and their help.
+        needs_name: whether ``:NAME_OR_PATH`` is required, forbidden (False) or optional (None).
+        help: one line for ``speculative drafters``.
+    """
+
+    kind: str
+    factory: Callable[[DrafterSpec, Backend, BuildContext], Drafter]
+    options: dict[str, str]
+    needs_name: bool | None
+    help: str
+
+
+DRAFTER_TYPES: dict[str, DrafterType] = {}
+
+
+def register_drafter(t: DrafterType) -> DrafterType:
+    DRAFTER_TYPES[t.kind] = t
+    return t
+
+
+def parse_drafter_spec(spec: str) -> DrafterSpec:
+    """Parse ``TYPE[:NAME_OR_PATH][,key=value...]``.
+
+    Raises:
+        ConfigError: empty spec, unknown TYPE, unknown or malformed option, missing name.
+    """
+    if spec is None or not str(spec).strip():
+        raise ConfigError("empty --drafter spec; try 'ngram', 'none' or 'model:NAME'")
+    head, *opts = [p.strip() for p in str(spec).strip().split(",")]
+    kind, _, name = head.partition(":")
+    kind = kind.strip().lower()
+    name = name.strip() or None
+    if kind not in DRAFTER_TYPES:
+        raise ConfigError(f"unknown drafter type '{kind}': choose one of {', '.join(sorted(DRAFTER_TYPES))}")
+    t = DRAFTER_TYPES[kind]
+    if t.needs_name is True and not name:
+        raise ConfigError(f"drafter '{kind}' needs a model: '{kind}:NAME_OR_PATH'")
+    if t.needs_name is False and name:
+        raise ConfigError(f"drafter '{kind}' takes no ':{name}'")
+    options: dict[str, str] = {}
+    for o in opts:
+        if not o:
+            continue
+        key, eq, val = o.partition("=")
+        key = key.strip()
+        if not eq or not val.strip():
+            raise ConfigError(f"drafter option '{o}' must be key=value")
+        if key not in t.options:
+            allowed = ", ".join(sorted(t.options)) or "none"
+            raise ConfigError(f"unknown option '{key}' for drafter '{kind}' (accepted: {allowed})")
+        options[key] = val.strip()
+    return DrafterSpec(kind, name, options)
+
+
+def _int_option(spec: DrafterSpec, key: str, default: int | None, minimum: int = 0) -> int | None:
+    if key not in spec.options:
+        return default
+    raw = spec.options[key]
+    try:
+        v = int(raw)
+    except ValueError:
+        raise ConfigError(f"drafter option {key}={raw} must be an integer") from None
+    if v < minimum:
+        raise ConfigError(f"drafter option {key}={v} must be >= {minimum}")
+    return v
+
+
+def build_drafter(spec: str | DrafterSpec, target: Backend, ctx: BuildContext | None = None) -> Drafter:
+    """Build and bind the drafter of ``spec`` for ``target``.
+
+    Raises:
+        ConfigError, ModelNotFoundError, ModelLoadError, VocabularyMismatchError.
+    """
+    if not isinstance(spec, DrafterSpec):
+        spec = parse_drafter_spec(spec)
+    ctx = ctx or BuildContext(backend=target.name)
+    drafter = DRAFTER_TYPES[spec.kind].factory(spec, target, ctx)
+    try:
+        drafter.bind(target)
+    except BaseException:
+        drafter.close()
+        raise
+    return drafter
+
+
+def _none(spec, target, ctx) -> Drafter:
+    return NoDrafter()
+
+
+def _ngram(spec, target, ctx) -> Drafter:
+    return NgramDrafter(min_n=_int_option(spec, "min", 1, 1), max_n=_int_option(spec, "max", 4, 1))
+
+
+def _model(spec, target, ctx) -> Drafter:
+    from ..backends import load_backend
+
+    backend = spec.options.get("backend", ctx.backend)
+    n_ctx = _int_option(spec, "ctx", ctx.n_ctx, 0)
+    draft = load_backend(
+        spec.name,
+        backend,
+        n_ctx=n_ctx,
+        n_threads=_int_option(spec, "threads", ctx.n_threads, 1),
+        max_sequences=ctx.max_sequences,
+        numerics=ctx.numerics,
+        device=ctx.device,
+        dtype=ctx.dtype,
+    )
+    return DraftModelDrafter(draft)
+
+
+register_drafter(DrafterType("none", _none, {}, False, "no drafter: plain autoregressive decoding (the baseline)"))
+register_drafter(
+    DrafterType(
+        "ngram",
+        _ngram,
+        {"min": "shortest n-gram to match (default 1)", "max": "longest n-gram to match (default 4)"},
+        False,
+        "prompt lookup: continue the longest earlier n-gram match in prompt and output",
+    )
+)
+register_drafter(
+    DrafterType(
+        "model",
+        _model,
+        {
+            "ctx": "draft model context size (default: the target's)",
+            "threads": "CPU threads of the draft model",
+            "backend": "backend of the draft model (default: the target's)",
+        },
+        True,
+        "a draft model with the target's vocabulary (registered name, GGUF path or HF id)",
+    )
+)
+
+__all__ = [
+    "BuildContext",
+    "DraftProposal",
+    "DraftState",
+    "Drafter",
+    "DrafterSpec",
+    "DRAFTER_TYPES",
+    "register_drafter",
+    "parse_drafter_spec",
+    "build_drafter",
+    "NoDrafter",
+    "NgramDrafter",
+    "DraftModelDrafter",
+]

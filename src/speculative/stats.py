@@ -1,0 +1,112 @@
+"""The one statistics object of a generation, shared by CLI, bench and server."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    """Counters and timings of one generation.
+
+    Counting conventions (Spec-Bench's):
+      * ``steps`` counts target forward passes that emitted tokens, the prefill
+        (which emits the first token) included, so ``mean_accepted_tokens`` =
+        ``new_tokens / steps`` is exactly 1.0 for plain decoding.
+      * ``draft_tokens`` / ``accepted_tokens`` count proposed / accepted draft
+        tokens; ``acceptance_rate`` is their ratio (alpha, per token).
+      * ``accept_counts[j]``: steps with at least one draft token that accepted
+        exactly j of them, j = 0..k.
+      * ``position_proposed[i]`` / ``position_accepted[i]``: steps whose draft had
+        an (i+1)-th token / accepted it; their ratio is per-position acceptance.
+
+    Times are wall-clock seconds. ``prefill_time_s`` covers the prompt's
+    forward pass in target and drafter; ``draft_time_s`` the drafter's proposing;
+    ``verify_time_s`` the target's verification passes and the acceptance test.
+    """
+
+    num_speculative_tokens: int = 0
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accept_counts: list[int] = field(default_factory=list)
+    position_proposed: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    prefill_time_s: float = 0.0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        if not self.accept_counts:
+            self.accept_counts = [0] * (k + 1)
+        if not self.position_proposed:
+            self.position_proposed = [0] * k
+        if not self.position_accepted:
+            self.position_accepted = [0] * k
+
+    def record_step(self, proposed: int, accepted: int) -> None:
+        """Count one verification step that proposed ``proposed`` and accepted ``accepted`` draft tokens."""
+        self.steps += 1
+        if proposed <= 0:
+            return
+        self.draft_tokens += proposed
+        self.accepted_tokens += accepted
+        while len(self.accept_counts) <= proposed:  # k may grow between requests of a server
+            self.accept_counts.append(0)
+            self.position_proposed.append(0)
+            self.position_accepted.append(0)
+        self.accept_counts[accepted] += 1
+        for i in range(proposed):
+            self.position_proposed[i] += 1
+        for i in range(accepted):
+            self.position_accepted[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / p if p else 0.0 for a, p in zip(self.position_accepted, self.position_proposed)]
+
+    @property
+    def decode_time_s(self) -> float:
+        return max(self.wall_time_s - self.prefill_time_s, 0.0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens per second of wall time, prefill included."""
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """New tokens per second of decoding, prefill excluded."""
+        return self.new_tokens / self.decode_time_s if self.decode_time_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: the counters, the times and the derived rates."""
+        d = asdict(self)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_tokens=self.mean_accepted_tokens,
+            per_position_acceptance=self.per_position_acceptance,
+            tokens_per_second=self.tokens_per_second,
+            decode_tokens_per_second=self.decode_tokens_per_second,
+        )
+        return d
+
+    def summary(self) -> str:
+        """One line: new tokens, tok/s, steps, acceptance rate, mean accepted tokens per step."""
+        return (
+            f"{self.new_tokens} new tokens in {self.wall_time_s:.2f} s: {self.tokens_per_second:.1f} tok/s "
+            f"({self.decode_tokens_per_second:.1f} decoding), {self.steps} steps, "
+            f"acceptance rate {self.acceptance_rate:.1%}, {self.mean_accepted_tokens:.2f} tokens/step"
+        )

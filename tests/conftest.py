@@ -1,0 +1,111 @@
+"""Shared fixtures: real bundled models, a weaker same-vocabulary drafter, Spec-Bench prompts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speculative.backends.base import ForwardRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC_BENCH = Path(os.environ.get("SPEC_BENCH", ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"))
+
+
+def spec_bench_prompts(n_per_category: dict[str, int] | None = None) -> list[dict]:
+    """A fixed selection of Spec-Bench questions, first turn only (tests never tune on them)."""
+    if not SPEC_BENCH.is_file():
+        pytest.skip(f"Spec-Bench questions not found at {SPEC_BENCH}")
+    rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
+    want = n_per_category or {
+        "writing": 1, "coding": 1, "translation": 2, "summarization": 2, "qa": 2, "math_reasoning": 1, "rag": 1,
+    }
+    out, seen = [], {}
+    for r in rows:
+        c = r["category"]
+        if seen.get(c, 0) < want.get(c, 0):
+            seen[c] = seen.get(c, 0) + 1
+            out.append(r)
+    return out
+
+
+@pytest.fixture(scope="session")
+def prompts10() -> list[dict]:
+    p = spec_bench_prompts()
+    assert len(p) >= 10
+    return p
+
+
+@pytest.fixture(scope="session")
+def smol():
+    from speculative.backends import load_backend
+
+    b = load_backend("smollm2-135m-instruct", n_ctx=4096)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    from speculative.backends import load_backend
+
+    b = load_backend("gemma-3-270m", n_ctx=4096)
+    yield b
+    b.close()
+
+
+def weak_drafter_path(target: str, quant: str = "Q2_K") -> Path:
+    """A lower-bit re-quantization of ``target`` (derived once, kept in the cache folder)."""
+    from speculative.cache import cache_dir
+    from speculative.derive import derive_drafter
+
+    out = cache_dir("test-drafters") / f"{target}-{quant}.gguf"
+    if not out.is_file():
+        derive_drafter(target, out, quant=quant)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smol_weak_path() -> Path:
+    return weak_drafter_path("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma_weak_path() -> Path:
+    return weak_drafter_path("gemma-3-270m")
+
+
+def next_logits_fresh(backend, tokens: list[int]) -> np.ndarray:
+    """Next-token logits after ``tokens``, from a fresh prefill in a cleared sequence."""
+    seq = backend.allocate_sequence(())
+    try:
+        backend.truncate(seq, 0)
+        out = backend.forward([ForwardRequest(seq, tokens, logits="last")])[0].logits[-1].copy()
+    finally:
+        backend.release_sequence(seq, keep_cache=False)
+    return out
+
+
+def assert_greedy_identical(backend, prompt_ids, plain, spec, *, exact: bool, label: str = "", ties: list | None = None):
+    """Spec output must equal plain greedy output.
+
+    With ``exact`` (a batch-invariant backend) they must be identical. Otherwise a
+    divergence is accepted only at a near-tie (top-2 logit gap < 1e-3) of the plain
+    run, and is reported through ``ties``.
+    """
+    if plain == spec:
+        return
+    i = next((j for j, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
+    msg = f"{label}: outputs diverge at new token {i} (plain {plain[i:i+5]}, spec {spec[i:i+5]})"
+    assert not exact, msg
+    assert i < len(plain) and i < len(spec), msg + " (one is a prefix of the other)"
+    logits = next_logits_fresh(backend, list(prompt_ids) + list(plain[:i]))
+    top2 = np.sort(logits)[-2:]
+    gap = float(top2[1] - top2[0])
+    assert gap < 1e-3, msg + f"; the top-2 gap there is {gap:.2e}, not a tie"
+    if ties is not None:
+        ties.append((label, i, gap))
+    print(f"[tie] {msg}; top-2 gap {gap:.2e}")

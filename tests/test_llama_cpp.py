@@ -1,0 +1,180 @@
+"""llama.cpp backend on the real bundled models: numerics, caches and rollback, greedy losslessness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import assert_greedy_identical, next_logits_fresh
+from speculative import SpeculativeGenerator
+from speculative.backends.base import ForwardRequest
+from speculative.drafters import DraftModelDrafter, NgramDrafter, build_drafter
+from speculative.drafters.base import NoDrafter
+from speculative.numerics import check_batch_invariance
+
+MODELS = ["smol", "gemma"]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def target(request):
+    return request.getfixturevalue(request.param)
+
+
+def prompt_ids(gen: SpeculativeGenerator, row: dict) -> list[int]:
+    return gen.encode_prompt(row["turns"][0])  # chat template where the model has one
+
+
+def test_batched_logits_equal_single_token_logits(target):
+    rep = check_batch_invariance(target, batch_sizes=(2, 4, 8, 16))
+    assert rep.identical, f"max difference {rep.max_abs_diff}"
+    assert target.batch_invariant
+
+
+def test_end_of_generation_sets(smol, gemma):
+    assert {smol.token_text(t) for t in smol.eos_token_ids} >= {"<|im_end|>", "<|endoftext|>"}
+    assert {gemma.token_text(t) for t in gemma.eos_token_ids} >= {"<eos>", "<end_of_turn>"}
+
+
+def test_chat_template_from_the_model_file(smol, gemma):
+    ids = smol.apply_chat_template([{"role": "user", "content": "Hi there"}])
+    text = smol.decode(ids)
+    assert "Hi there" in text and text.rstrip().endswith("assistant")
+    assert gemma.chat_template is None  # Gemma 3 270M base has none: --chat defaults off
+
+
+def _generate_then_check_caches(target, drafter, ids, max_new, k):
+    gen = SpeculativeGenerator(target, drafter)
+    r = gen.generate(ids, max_new_tokens=max_new, num_speculative_tokens=k)
+    context = list(ids) + r.token_ids
+    # the target's cache holds every committed token but the last, after rollbacks
+    seq = 0
+    assert target.cached_tokens(seq) == context[:-1]
+    cached = target.forward([ForwardRequest(seq, [context[-1]], logits="last")])[0].logits[-1].copy()
+    target.truncate(seq, len(context) - 1)
+    fresh = next_logits_fresh(target, context)
+    np.testing.assert_allclose(cached, fresh, rtol=0, atol=1e-4)
+    # the draft model's cache is a prefix of the context and continues like a fresh prefill
+    if isinstance(drafter, DraftModelDrafter):
+        dm = drafter.model
+        dcached = list(dm.cached_tokens(0))
+        assert dcached == context[: len(dcached)] and len(dcached) >= len(context) - k - 2
+        dlog = dm.forward([ForwardRequest(0, context[len(dcached):], logits="last")])[0].logits[-1].copy()
+        np.testing.assert_allclose(dlog, next_logits_fresh(dm, context), rtol=0, atol=1e-4)
+    return r
+
+
+@pytest.mark.parametrize("max_new", [5, 23, 48])
+def test_rollback_equals_fresh_prefill_smollm2(smol, smol_weak_path, prompts10, max_new):
+    drafter = build_drafter(f"model:{smol_weak_path}", smol)
+    try:
+        gen = SpeculativeGenerator(smol, drafter)
+        r = _generate_then_check_caches(smol, drafter, prompt_ids(gen, prompts10[0]), max_new, k=4)
+        if max_new >= 23:
+            assert r.stats.accept_counts[0] > 0, "no rejection happened: the test would not exercise rollback"
+    finally:
+        drafter.close()
+
+
+def test_rollback_past_gemma_sliding_window(gemma, gemma_weak_path, prompts10):
+    long_row = next(r for r in prompts10 if r["category"] == "summarization")
+    drafter = build_drafter(f"model:{gemma_weak_path}", gemma)
+    try:
+        gen = SpeculativeGenerator(gemma, drafter)
+        ids = prompt_ids(gen, long_row)
+        assert len(ids) > 600, "needs a prompt past the 512-token window"
+        r = _generate_then_check_caches(gemma, drafter, ids, 40, k=5)
+        assert r.stats.accept_counts[0] > 0
+    finally:
+        drafter.close()
+
+
+def test_greedy_identity_all_drafters(target, prompts10, request):
+    """Token ids equal plain greedy decoding for n-gram and draft-model drafters, k in {1, 3, 8}."""
+    name = "smollm2-135m-instruct" if target.model_id.startswith("smollm2") else "gemma-3-270m"
+    weak_path = request.getfixturevalue("smol_weak_path" if name.startswith("smollm2") else "gemma_weak_path")
+    drafters = {
+        "ngram": NgramDrafter(1, 4),
+        "weak-model": build_drafter(f"model:{weak_path}", target),
+        "self-model": build_drafter(f"model:{name}", target),
+    }
+    totals = {d: {} for d in drafters}
+    try:
+        plain_gen = SpeculativeGenerator(target, NoDrafter())
+        for row in prompts10:
+            ids = prompt_ids(plain_gen, row)
+            target.truncate(0, 0)
+            plain = plain_gen.generate(ids, max_new_tokens=40).token_ids
+            for dname, d in drafters.items():
+                gen = SpeculativeGenerator(target, d)
+                for k in (1, 3, 8):
+                    r = gen.generate(ids, max_new_tokens=40, num_speculative_tokens=k)
+                    label = f"{target.model_id} q{row['question_id']} {dname} k={k}"
+                    assert_greedy_identical(target, ids, plain, r.token_ids, exact=True, label=label)
+                    t = totals[dname].setdefault(k, [0, 0, np.zeros(k + 1, int)])
+                    t[0] += r.stats.draft_tokens
+                    t[1] += r.stats.accepted_tokens
+                    t[2] += np.array(r.stats.accept_counts)
+    finally:
+        for d in drafters.values():
+            d.close()
+    # the target as its own draft model: every draft token accepted (exact numerics)
+    for k, (drafted, accepted, _) in totals["self-model"].items():
+        assert drafted > 0 and accepted == drafted, f"self-drafting acceptance {accepted}/{drafted} at k={k}"
+    # the weaker drafter produced both full rejections and full acceptances
+    for k in (3, 8):
+        counts = totals["weak-model"][k][2]
+        assert counts[0] > 0 and counts[k] > 0, f"k={k} accept counts {counts.tolist()}"
+    assert totals["ngram"][3][1] > 0, "n-gram drafting never accepted a token"
+
+
+def test_eos_accepted_mid_block(smol):
+    """A step that accepts EOS before its last draft token ends the output right after EOS."""
+    drafter = build_drafter("model:smollm2-135m-instruct", smol)
+    try:
+        ids = SpeculativeGenerator(smol, NoDrafter()).encode_prompt("Reply with exactly one word: yes or no. Is water wet?")
+        plain = SpeculativeGenerator(smol, NoDrafter()).generate(ids, max_new_tokens=64)
+        assert plain.finish_reason == "stop" and plain.token_ids[-1] in smol.eos_token_ids
+        g = SpeculativeGenerator(smol, drafter).stream(ids, max_new_tokens=64, num_speculative_tokens=8)
+        blocks = list(g.blocks())
+        r = g.result
+        assert r.token_ids == plain.token_ids and r.finish_reason == "stop"
+        last = blocks[-1]
+        # the last step verified more accepted tokens than it emitted: EOS was cut mid-block
+        accepted_last = max(j for j, c in enumerate(r.stats.accept_counts) if c)
+        assert last[-1] in smol.eos_token_ids and len(last) < accepted_last + 1
+        assert r.text == plain.text and "<|im_end|>" not in r.text
+    finally:
+        drafter.close()
+
+
+def test_max_new_tokens_is_exact_with_multi_token_steps(smol, prompts10):
+    drafter = build_drafter("model:smollm2-135m-instruct", smol)
+    try:
+        ids = SpeculativeGenerator(smol, NoDrafter()).encode_prompt(prompts10[0]["turns"][0])
+        for n in (1, 2, 7, 10):
+            r = SpeculativeGenerator(smol, drafter).generate(ids, max_new_tokens=n, num_speculative_tokens=8)
+            assert len(r.token_ids) == n and r.finish_reason == "length"
+    finally:
+        drafter.close()
+
+
+def test_streaming_pieces_concatenate_to_text(smol, prompts10):
+    gen = SpeculativeGenerator(smol, NgramDrafter())
+    g = gen.stream(prompts10[1]["turns"][0], max_new_tokens=48)
+    pieces = list(g)
+    assert "".join(pieces) == g.result.text == smol.decode(g.result.token_ids)
+
+
+def test_sampled_generation_smoke_is_reproducible(smol, smol_weak_path, prompts10):
+    drafter = build_drafter(f"model:{smol_weak_path}", smol)
+    try:
+        gen = SpeculativeGenerator(smol, drafter)
+        kw = dict(max_new_tokens=32, num_speculative_tokens=4, temperature=0.8, top_p=0.95, seed=1234)
+        a = gen.generate(prompts10[0]["turns"][0], **kw)
+        b = gen.generate(prompts10[0]["turns"][0], **kw)
+        assert a.token_ids == b.token_ids and len(a.token_ids) >= 1
+        assert 0 < a.stats.acceptance_rate < 1 and a.stats.draft_tokens > 0
+        c = gen.generate(prompts10[0]["turns"][0], **{**kw, "seed": 99})
+        assert c.token_ids != a.token_ids
+    finally:
+        drafter.close()
