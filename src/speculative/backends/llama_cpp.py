@@ -273,29 +273,48 @@ class LlamaCppBackend(Backend):
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with status {rc} (KV cache full or invalid batch)")
 
-    def _decode_once(self, plan, out_index, want_hidden) -> list[ForwardResult]:
-        self._fill([(r.seq_id, r.tokens, start, want) for r, start, want in plan])
-        self._decode()
-        n_out = int(sum(int(w.sum()) for _, _, w in plan))
-        logits = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx), shape=(max(n_out, 1), self.vocab_size))
+    def _rows(self, n_tokens: int, n_flagged: int, want_hidden: bool):
+        """Views of the logits (and hidden) buffers of the last decode call.
+
+        With embeddings on, llama.cpp outputs every token of the batch (in batch
+        order); otherwise only the flagged ones, in batch order.
+        """
+        n_out = n_tokens if want_hidden else n_flagged
+        L = self._L
+        logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(max(n_out, 1), self.vocab_size))
         hidden = None
         if want_hidden:
-            hidden = np.ctypeslib.as_array(
-                self._L.llama_get_embeddings(self._ctx), shape=(max(n_out, 1), self.hidden_size)
-            )
+            hidden = np.ctypeslib.as_array(L.llama_get_embeddings(self._ctx), shape=(max(n_out, 1), self.hidden_size))
+        return logits, hidden
+
+    @staticmethod
+    def _select(buf, batch_idx, flagged_rank, rows, want_hidden):
+        """Rows of ``buf`` for request rows ``rows`` (indices into the request's tokens)."""
+        if buf is None:
+            return None
+        idx = [batch_idx[r] if want_hidden else flagged_rank[r] for r in rows]
+        if idx and idx == list(range(idx[0], idx[0] + len(idx))):
+            return buf[idx[0] : idx[0] + len(idx)]  # contiguous: a view, no copy
+        return buf[idx]
+
+    def _decode_once(self, plan, out_index, want_hidden) -> list[ForwardResult]:
+        n = self._fill([(r.seq_id, r.tokens, start, want) for r, start, want in plan])
+        self._decode()
+        n_flagged = int(sum(int(w.sum()) for _, _, w in plan))
+        logits, hidden = self._rows(n, n_flagged, want_hidden)
         results = []
-        off = 0
+        base = 0
+        flagged_before = 0
         for (r, _, want), rows in zip(plan, out_index):
-            k = int(want.sum())
-            sel = slice(off, off + k)
-            lg = logits[sel]
-            hd = hidden[sel] if (hidden is not None and r.hidden) else None
-            if rows != sorted(rows):  # caller asked for an order other than batch order
-                order = np.argsort(np.argsort(rows))
-                lg = lg[order]
-                hd = hd[order] if hd is not None else None
+            m = len(r.tokens)
+            batch_idx = {i: base + i for i in range(m)}
+            rank = np.cumsum(want) - 1 + flagged_before
+            flagged_rank = {i: int(rank[i]) for i in range(m) if want[i]}
+            lg = self._select(logits, batch_idx, flagged_rank, rows, want_hidden)
+            hd = self._select(hidden, batch_idx, flagged_rank, rows, want_hidden) if r.hidden else None
             results.append(ForwardResult(lg, hd))
-            off += k
+            base += m
+            flagged_before += int(want.sum())
         return results
 
     def _decode_chunked(self, plan, out_index, want_hidden) -> list[ForwardResult]:
@@ -303,26 +322,21 @@ class LlamaCppBackend(Backend):
         results = []
         for (r, start, want), rows in zip(plan, out_index):
             toks = list(r.tokens)
-            got_logits, got_hidden = [], []
+            got: dict[int, tuple] = {}
             for c0 in range(0, len(toks), self._batch_cap):
                 c1 = min(c0 + self._batch_cap, len(toks))
-                self._fill([(r.seq_id, toks[c0:c1], start + c0, want[c0:c1])])
+                w = want[c0:c1]
+                n = self._fill([(r.seq_id, toks[c0:c1], start + c0, w)])
                 self._decode()
-                k = int(want[c0:c1].sum())
-                if k:
-                    lg = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx), shape=(k, self.vocab_size))
-                    got_logits.append(lg.copy())
-                    if r.hidden:
-                        hd = np.ctypeslib.as_array(
-                            self._L.llama_get_embeddings(self._ctx), shape=(k, self.hidden_size)
-                        )
-                        got_hidden.append(hd.copy())
-            lg = np.concatenate(got_logits) if got_logits else np.zeros((0, self.vocab_size), np.float32)
-            hd = np.concatenate(got_hidden) if got_hidden else None
-            if rows != sorted(rows):
-                order = np.argsort(np.argsort(rows))
-                lg = lg[order]
-                hd = hd[order] if hd is not None else None
+                if not w.any():
+                    continue
+                logits, hidden = self._rows(n, int(w.sum()), want_hidden)
+                rank = np.cumsum(w) - 1
+                for i in np.nonzero(w)[0]:
+                    j = int(i) if want_hidden else int(rank[i])
+                    got[c0 + int(i)] = (logits[j].copy(), hidden[j].copy() if (hidden is not None and r.hidden) else None)
+            lg = np.stack([got[i][0] for i in rows]) if rows else np.zeros((0, self.vocab_size), np.float32)
+            hd = np.stack([got[i][1] for i in rows]) if (rows and r.hidden) else None
             results.append(ForwardResult(lg, hd))
         return results
 

@@ -1,0 +1,119 @@
+"""The command line: output formats and every bad input of the engine issue (one line, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from speculative.cli import main
+
+LONG_PROMPT = "word " * 400
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_json(capsys):
+    code, out, err = run_cli(capsys, "generate", "Name three colors.", "--max-new-tokens", "12", "--json", "--drafter", "ngram")
+    assert code == 0
+    obj = json.loads(out)
+    assert set(obj) == {"text", "token_ids", "finish_reason", "stats"}
+    assert obj["finish_reason"] in ("stop", "length") and 1 <= len(obj["token_ids"]) <= 12
+    s = obj["stats"]
+    for key in ("steps", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_tokens", "accept_counts",
+                "new_tokens", "prefill_time_s", "draft_time_s", "verify_time_s", "wall_time_s", "tokens_per_second",
+                "decode_tokens_per_second"):
+        assert key in s, key
+    assert s["new_tokens"] == len(obj["token_ids"])
+
+
+def test_generate_text_and_summary(capsys):
+    code, out, err = run_cli(capsys, "generate", "Say hello.", "--max-new-tokens", "8", "--drafter", "none")
+    assert code == 0 and out.strip()
+    assert "tok/s" in err and "acceptance rate" in err and "tokens/step" in err
+
+
+def test_drafter_none_equals_plain_and_no_chat(capsys):
+    _, a, _ = run_cli(capsys, "generate", "The sky is", "--no-chat", "--max-new-tokens", "10", "--json", "--drafter", "none")
+    _, b, _ = run_cli(capsys, "generate", "The sky is", "--no-chat", "--max-new-tokens", "10", "--json", "--drafter", "ngram,min=1,max=3", "--k", "3")
+    assert json.loads(a)["token_ids"] == json.loads(b)["token_ids"]
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["generate", "hi", "--target", "no-such-model"], "unknown model 'no-such-model'"),
+        (["generate", "hi", "--target", "/nonexistent/model.gguf"], "unknown model"),
+        (["generate", "   "], "prompt is empty"),
+        (["generate", "hi", "--k", "0"], "num_speculative_tokens"),
+        (["generate", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["generate", "hi", "--temperature", "-1"], "temperature"),
+        (["generate", "hi", "--top-p", "0"], "top_p"),
+        (["generate", "hi", "--top-p", "1.5"], "top_p"),
+        (["generate", "hi", "--top-k", "-2"], "top_k"),
+        (["generate", "hi", "--drafter", "bogus"], "unknown drafter type"),
+        (["generate", "hi", "--drafter", "model:gemma-3-270m"], "vocabulary"),
+        (["generate", "hi", "--threads", "0"], "threads"),
+        (["generate", LONG_PROMPT, "--ctx-size", "128", "--no-chat"], "context window"),
+        (["generate", "hi", "--backend", "llama.cpp", "--target", "HuggingFaceTB/SmolLM2-135M-Instruct"], "GGUF"),
+    ],
+)
+def test_bad_input_is_one_clear_line(capsys, argv, fragment):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fragment in lines[0]
+    assert "Traceback" not in err
+
+
+def test_corrupt_model_file(capsys, tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    code, _, err = run_cli(capsys, "generate", "hi", "--target", str(bad))
+    assert code == 2 and "could not load" in err and len(err.strip().splitlines()) == 1
+    notgguf = tmp_path / "model.gguf"
+    notgguf.write_text("hello")
+    code, _, err = run_cli(capsys, "generate", "hi", "--target", str(notgguf))
+    assert code == 2 and "not a GGUF file" in err
+
+
+def test_draft_model_with_short_context_stays_lossless(capsys):
+    """A draft model whose window (64) is shorter than the context slides and never crashes."""
+    prompt = "Write a long story about a lighthouse keeper and a storm, with many details."
+    _, a, _ = run_cli(capsys, "generate", prompt, "--max-new-tokens", "80", "--json", "--drafter", "none")
+    code, b, err = run_cli(capsys, "generate", prompt, "--max-new-tokens", "80", "--json", "--k", "4",
+                           "--drafter", "model:smollm2-135m-instruct,ctx=64")
+    assert code == 0, err
+    assert json.loads(a)["token_ids"] == json.loads(b)["token_ids"]
+    assert json.loads(b)["stats"]["accepted_tokens"] > 0
+
+
+def test_console_script_and_models_listing():
+    r = subprocess.run([sys.executable, "-m", "speculative.cli", "models"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "smollm2-135m-instruct" in r.stdout and "gemma-3-270m" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "speculative.cli", "generate", "hi", "--k", "-1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_doctor_reports_exact_build(capsys):
+    code, out, _ = run_cli(capsys, "doctor")
+    assert code == 0, out
+    assert "bitwise identical" in out and "verdict: all good" in out
+
+
+def test_make_drafter(capsys, tmp_path):
+    out = tmp_path / "d.gguf"
+    code, text, err = run_cli(capsys, "make-drafter", "--output", str(out), "--quant", "q4_0", "--drop-layers", "6")
+    assert code == 0, err and out.is_file()
+    from speculative.derive import block_count
+
+    assert block_count(out) == 30 - 6
+    code, _, err = run_cli(capsys, "make-drafter", "--output", str(out))
+    assert code == 2 and "exists" in err
