@@ -12,13 +12,12 @@ import pytest
 from speculative.backends.base import ForwardRequest
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC_BENCH = Path(os.environ.get("SPEC_BENCH", ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"))
+SPEC_BENCH = Path(os.environ.get("SPEC_BENCH", ROOT / "src" / "speculative" / "data" / "spec_bench" / "question.jsonl"))
 
 
 def spec_bench_prompts(n_per_category: dict[str, int] | None = None) -> list[dict]:
     """A fixed selection of Spec-Bench questions, first turn only (tests never tune on them)."""
-    if not SPEC_BENCH.is_file():
-        pytest.skip(f"Spec-Bench questions not found at {SPEC_BENCH}")
+    assert SPEC_BENCH.is_file(), f"Spec-Bench questions not found at {SPEC_BENCH}"
     rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
     want = n_per_category or {
         "writing": 1, "coding": 1, "translation": 2, "summarization": 2, "qa": 2, "math_reasoning": 1, "rag": 1,

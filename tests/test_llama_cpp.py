@@ -44,7 +44,7 @@ def test_chat_template_from_the_model_file(smol, gemma):
 
 def _generate_then_check_caches(target, drafter, ids, max_new, k):
     gen = SpeculativeGenerator(target, drafter)
-    r = gen.generate(ids, max_new_tokens=max_new, num_speculative_tokens=k)
+    r = gen.generate(ids, max_new_tokens=max_new, num_speculative_tokens=k, draft_policy="fixed")
     context = list(ids) + r.token_ids
     # the target's cache holds every committed token but the last, after rollbacks
     seq = 0
@@ -106,9 +106,12 @@ def test_greedy_identity_all_drafters(target, prompts10, request):
             plain = plain_gen.generate(ids, max_new_tokens=40).token_ids
             for dname, d in drafters.items():
                 gen = SpeculativeGenerator(target, d)
-                for k in (1, 3, 8):
-                    r = gen.generate(ids, max_new_tokens=40, num_speculative_tokens=k)
-                    label = f"{target.model_id} q{row['question_id']} {dname} k={k}"
+                for k, policy in ((1, "fixed"), (3, "fixed"), (8, "fixed"), (8, "adaptive")):
+                    r = gen.generate(ids, max_new_tokens=40, num_speculative_tokens=k, draft_policy=policy)
+                    label = f"{target.model_id} q{row['question_id']} {dname} k={k} {policy}"
+                    if policy == "adaptive":
+                        assert_greedy_identical(target, ids, plain, r.token_ids, exact=True, label=label)
+                        continue
                     assert_greedy_identical(target, ids, plain, r.token_ids, exact=True, label=label)
                     t = totals[dname].setdefault(k, [0, 0, np.zeros(k + 1, int)])
                     t[0] += r.stats.draft_tokens
@@ -134,7 +137,7 @@ def test_eos_accepted_mid_block(smol):
         ids = SpeculativeGenerator(smol, NoDrafter()).encode_prompt("Reply with exactly one word: yes or no. Is water wet?")
         plain = SpeculativeGenerator(smol, NoDrafter()).generate(ids, max_new_tokens=64)
         assert plain.finish_reason == "stop" and plain.token_ids[-1] in smol.eos_token_ids
-        g = SpeculativeGenerator(smol, drafter).stream(ids, max_new_tokens=64, num_speculative_tokens=8)
+        g = SpeculativeGenerator(smol, drafter).stream(ids, max_new_tokens=64, num_speculative_tokens=8, draft_policy="fixed")
         blocks = list(g.blocks())
         r = g.result
         assert r.token_ids == plain.token_ids and r.finish_reason == "stop"
@@ -152,7 +155,7 @@ def test_max_new_tokens_is_exact_with_multi_token_steps(smol, prompts10):
     try:
         ids = SpeculativeGenerator(smol, NoDrafter()).encode_prompt(prompts10[0]["turns"][0])
         for n in (1, 2, 7, 10):
-            r = SpeculativeGenerator(smol, drafter).generate(ids, max_new_tokens=n, num_speculative_tokens=8)
+            r = SpeculativeGenerator(smol, drafter).generate(ids, max_new_tokens=n, num_speculative_tokens=8, draft_policy="fixed")
             assert len(r.token_ids) == n and r.finish_reason == "length"
     finally:
         drafter.close()
@@ -169,7 +172,7 @@ def test_sampled_generation_smoke_is_reproducible(smol, smol_weak_path, prompts1
     drafter = build_drafter(f"model:{smol_weak_path}", smol)
     try:
         gen = SpeculativeGenerator(smol, drafter)
-        kw = dict(max_new_tokens=32, num_speculative_tokens=4, temperature=0.8, top_p=0.95, seed=1234)
+        kw = dict(max_new_tokens=32, num_speculative_tokens=4, temperature=0.8, top_p=0.95, seed=1234, draft_policy="fixed")
         a = gen.generate(prompts10[0]["turns"][0], **kw)
         b = gen.generate(prompts10[0]["turns"][0], **kw)
         assert a.token_ids == b.token_ids and len(a.token_ids) >= 1

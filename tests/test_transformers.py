@@ -10,15 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from conftest import assert_greedy_identical, next_logits_fresh  # noqa: E402
-from speculative import SpeculativeGenerator  # noqa: E402
-from speculative.backends import load_backend  # noqa: E402
-from speculative.backends.base import ForwardRequest  # noqa: E402
-from speculative.drafters import DraftModelDrafter, NgramDrafter, build_drafter  # noqa: E402
-from speculative.drafters.base import NoDrafter  # noqa: E402
+from conftest import assert_greedy_identical, next_logits_fresh
+from speculative import SpeculativeGenerator
+from speculative.backends import load_backend
+from speculative.backends.base import ForwardRequest
+from speculative.drafters import DraftModelDrafter, NgramDrafter, build_drafter
+from speculative.drafters.base import NoDrafter
 
 pytestmark = pytest.mark.transformers
 
@@ -63,7 +60,9 @@ def test_hidden_states_and_logits_from_one_pass(hf_smol, smol):
 
 
 def _check_rollback(target, drafter, ids, max_new, k):
-    r = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=max_new, num_speculative_tokens=k)
+    r = SpeculativeGenerator(target, drafter).generate(
+        ids, max_new_tokens=max_new, num_speculative_tokens=k, draft_policy="fixed"
+    )
     context = list(ids) + r.token_ids
     assert target.cached_tokens(0) == context[:-1]
     cached = target.forward([ForwardRequest(0, [context[-1]], logits="last")])[0].logits[-1].copy()
@@ -104,9 +103,11 @@ def test_greedy_identity_smollm2(hf_smol, smol_weak_path, prompts10):
             ids = plain_gen.encode_prompt(row["turns"][0])
             plain = plain_gen.generate(ids, max_new_tokens=16).token_ids
             for name, d in drafters.items():
-                for k in (1, 3, 8):
-                    r = SpeculativeGenerator(hf_smol, d).generate(ids, max_new_tokens=16, num_speculative_tokens=k)
-                    label = f"hf smollm2 q{row['question_id']} {name} k={k}"
+                for k, policy in ((1, "fixed"), (3, "fixed"), (8, "fixed"), (8, "adaptive")):
+                    r = SpeculativeGenerator(hf_smol, d).generate(
+                        ids, max_new_tokens=16, num_speculative_tokens=k, draft_policy=policy
+                    )
+                    label = f"hf smollm2 q{row['question_id']} {name} k={k} {policy}"
                     assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
                     a = acc.setdefault(name, [0, 0])
                     a[0] += r.stats.draft_tokens
@@ -130,7 +131,9 @@ def test_greedy_identity_gemma(hf_gemma, prompts10):
             ids = SpeculativeGenerator(hf_gemma).encode_prompt(row["turns"][0])
             plain = SpeculativeGenerator(hf_gemma).generate(ids, max_new_tokens=16).token_ids
             for drafter, k in ((NgramDrafter(1, 4), 3), (d, 3), (d, 8)):
-                r = SpeculativeGenerator(hf_gemma, drafter).generate(ids, max_new_tokens=16, num_speculative_tokens=k)
+                r = SpeculativeGenerator(hf_gemma, drafter).generate(
+                    ids, max_new_tokens=16, num_speculative_tokens=k, draft_policy="fixed"
+                )
                 label = f"hf gemma q{row['question_id']} {drafter.description} k={k}"
                 assert_greedy_identical(hf_gemma, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
     finally:

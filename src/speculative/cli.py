@@ -137,6 +137,94 @@ def cmd_make_drafter(args) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return vals
+
+
+def _per_category(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'all', got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("--per-category must be >= 1 or 'all'")
+    return n
+
+
+def cmd_bench(args) -> int:
+    from .bench import BenchConfig, BenchRunner
+    from .bench.peers import PEER_NAMES
+
+    peers = list(args.peer or [])
+    if args.peers == "auto" and not args.peer:
+        peers = ["llama-cpp-python", "llama-cpp-python-lookup"] if args.backend == "llama.cpp" else []
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+
+            peers += ["transformers", "transformers-lookup"]
+        except ImportError:
+            pass
+    elif args.peers == "none" and not args.peer:
+        peers = []
+    for p in peers:
+        if p not in PEER_NAMES and not p.startswith("transformers-assisted:"):
+            raise SpeculativeError(f"unknown peer '{p}': choose from {', '.join(PEER_NAMES)}")
+    cfg = BenchConfig(
+        target=args.target, backend=args.backend, drafters=args.drafter or ["ngram"], peers=peers,
+        endpoint=args.endpoint, dataset=args.dataset, categories=args.categories, per_category=args.per_category,
+        max_new_tokens=args.max_new_tokens, k=args.k, sweep_k=args.sweep_k, draft_policy=args.draft_policy,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_ctx=args.ctx_size,
+        threads=args.threads, numerics=args.numerics, device=args.device, dtype=args.dtype, chat=args.chat,
+    )
+    cfg.generation_config()  # validate before loading anything
+    runner = BenchRunner(cfg, output=args.output, fresh=args.fresh, progress=not args.no_progress)
+    try:
+        runner.load_methods()
+        results = runner.run()
+    finally:
+        runner.close()
+    print((runner.output / "results.md").read_text())
+    print(f"results: {runner.output}/results.json, results.md, " + ", ".join(results.get("plots", [])))
+    if results["failures"]:
+        print(f"error: {len(results['failures'])} run(s) differ from plain greedy decoding (see results.md)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from .backends import load_backend
+    from .cost_model import measure_verify_cost
+
+    if args.max_tokens < 1 or args.context < 1 or args.repeats < 1:
+        raise SpeculativeError("--max-tokens, --context and --repeats must be >= 1")
+    b = load_backend(args.target, args.backend, n_ctx=max(args.ctx_size, args.context + args.max_tokens + 1),
+                     n_threads=args.threads, numerics=args.numerics, device=args.device, dtype=args.dtype)
+    try:
+        sizes = list(range(1, args.max_tokens + 1))
+        cm = measure_verify_cost(b, sizes=sizes, context_tokens=args.context, repeats=args.repeats)
+    finally:
+        b.close()
+    rows = [{"tokens": n, "ms": 1000 * cm.time(n), "ms_per_token": 1000 * cm.time(n) / n,
+             "k": n - 1, "ceiling_speedup": cm.ceiling(n - 1) if n > 1 else 1.0} for n in sizes]
+    if args.json:
+        print(json.dumps({"target": args.target, "backend": args.backend, "context_tokens": args.context, "rows": rows}))
+        return 0
+    print(f"verification cost of {args.target} on {args.backend} (logits at every position, context {args.context}):")
+    print(f"{'tokens':>6} {'ms':>8} {'ms/token':>9} {'k':>3} {'best speedup (perfect acceptance, free drafter)':>48}")
+    for r in rows:
+        print(f"{r['tokens']:>6} {r['ms']:>8.1f} {r['ms_per_token']:>9.2f} {r['k']:>3} {r['ceiling_speedup']:>47.2f}x")
+    return 0
+
+
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
 
@@ -144,6 +232,8 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import DEFAULT_NUM_SPECULATIVE_TOKENS
+
     p = argparse.ArgumentParser(prog="speculative", description="Lossless speculative decoding (llama.cpp and transformers).")
     p.add_argument("--version", action="version", version=f"speculative {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -162,6 +252,39 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check the environment: llama.cpp numerics, model packages, versions")
     d.add_argument("--quick", action="store_true", help="skip loading the models")
     d.set_defaults(func=cmd_doctor)
+
+    b = sub.add_parser("bench", help="measure speedups against plain decoding and the peers on Spec-Bench")
+    _add_model_options(b, drafter=False)
+    b.add_argument("--drafter", action="append", help="a drafter spec to measure (repeatable; default ngram)")
+    b.add_argument("--dataset", default="spec-bench", help="spec-bench (default), dev (the project's development prompts) or a JSONL path")
+    b.add_argument("--categories", nargs="+", default=None, help="Spec-Bench categories (default all six)")
+    b.add_argument("--per-category", type=_per_category, default=10, help="questions per category, or 'all' (default 10)")
+    b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default 128)")
+    b.add_argument("--k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS, help="most draft tokens per step")
+    b.add_argument("--sweep-k", type=_int_list, default=None, help="measure every drafter at each k, e.g. 1,2,4,8")
+    b.add_argument("--draft-policy", default="adaptive", choices=("adaptive", "fixed"))
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--top-k", type=int, default=0)
+    b.add_argument("--top-p", type=float, default=1.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--peers", choices=("auto", "none"), default="auto", help="auto: every installed peer (default)")
+    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL")
+    b.add_argument("--endpoint", default=None, help="an OpenAI-compatible server to time from the client (URL)")
+    bchat = b.add_mutually_exclusive_group()
+    bchat.add_argument("--chat", dest="chat", action="store_true", default=None)
+    bchat.add_argument("--no-chat", dest="chat", action="store_false")
+    b.add_argument("--output", default=None, help="results folder (default bench-results/<target>-<backend>-<config hash>)")
+    b.add_argument("--fresh", action="store_true", help="discard earlier results in the output folder instead of resuming")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    pr = sub.add_parser("profile", help="measure the target's verification cost T(n) and the speedup ceiling per k")
+    _add_model_options(pr, drafter=False)
+    pr.add_argument("--max-tokens", type=int, default=16, help="largest forward measured (default 16)")
+    pr.add_argument("--context", type=int, default=600, help="context tokens before the timed forwards (default 600)")
+    pr.add_argument("--repeats", type=int, default=7)
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=cmd_profile)
 
     m = sub.add_parser("models", help="list the registered models and where their files are")
     m.set_defaults(func=cmd_models)

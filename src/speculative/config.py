@@ -15,6 +15,8 @@ from .errors import ConfigError
 #: prompt set (``speculative.devset``), never on Spec-Bench.
 DEFAULT_NUM_SPECULATIVE_TOKENS = 8
 
+DRAFT_POLICIES = ("adaptive", "fixed")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -65,12 +67,16 @@ class GenerationConfig:
             A drafter may propose fewer (down to 0, a plain decoding step).
         sampling: see :class:`SamplingParams`.
         stop_at_eos: end right after the first end-of-generation token.
+        draft_policy: "adaptive" (verify only the draft tokens worth their verification
+            cost, by the cost model and the drafter's confidence) or "fixed" (verify every
+            proposed token, up to k).
     """
 
     max_new_tokens: int = 128
     num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_at_eos: bool = True
+    draft_policy: str = "adaptive"
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise :class:`ConfigError` naming the bad setting."""
@@ -79,6 +85,8 @@ class GenerationConfig:
         k = self.num_speculative_tokens
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"num_speculative_tokens (k) must be an integer >= 1, got {k!r}")
+        if self.draft_policy not in DRAFT_POLICIES:
+            raise ConfigError(f"draft_policy must be one of {', '.join(DRAFT_POLICIES)}, got {self.draft_policy!r}")
         self.sampling.validate()
         return self
 

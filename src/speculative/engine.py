@@ -25,6 +25,7 @@ import numpy as np
 
 from .backends.base import Backend, ForwardRequest
 from .config import GenerationConfig
+from .cost_model import CostModel, cached_verify_cost, choose_draft_length
 from .drafters.base import DraftProposal, Drafter, NoDrafter
 from .errors import ConfigError
 from .sampling import Sampler
@@ -160,12 +161,26 @@ class SpeculativeGenerator:
         print(gen.generate("What is speculative decoding?", max_new_tokens=64).text)
     """
 
-    def __init__(self, target: Backend, drafter: Drafter | None = None, config: GenerationConfig | None = None):
+    def __init__(
+        self,
+        target: Backend,
+        drafter: Drafter | None = None,
+        config: GenerationConfig | None = None,
+        cost_model: CostModel | None = None,
+    ):
         self.target = target
         self.drafter = drafter or NoDrafter()
         if self.drafter.target is not target:
             self.drafter.bind(target)
         self.config = (config or GenerationConfig()).validate()
+        self._cost_model = cost_model
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The target's verification cost T(n): cached per machine and model, measured once (~1 s) if missing."""
+        if self._cost_model is None:
+            self._cost_model = cached_verify_cost(self.target)
+        return self._cost_model
 
     @classmethod
     def from_pretrained(
@@ -263,6 +278,9 @@ class SpeculativeGenerator:
         out: list[int] = []
         holder.update(out=out, stats=stats, finish_reason="length")
         perf = time.perf_counter
+        plain = isinstance(drafter, NoDrafter)
+        cost = self.cost_model if (cfg.draft_policy == "adaptive" and not plain) else None
+        draft_cost_per_token = 0.0  # seconds, running mean of the drafter's cost
 
         t0 = perf()
         seq = target.allocate_sequence(prompt_ids)
@@ -290,13 +308,31 @@ class SpeculativeGenerator:
                 if room < 0:
                     break  # context window full: finish_reason "length"
                 m_max = min(k, max_new - len(out) - 1, room)
+                rate = min_conf = 0.0
+                if cost is not None:
+                    # long-run tokens/s: at least plain decoding's; what a draft token must beat
+                    t1 = cost.time(1)
+                    decode_s = stats.wall_time_s - stats.prefill_time_s
+                    rate = max(1.0 / t1, (len(out) - 1) / decode_s if decode_s > 0 else 0.0)
+                    min_conf = rate * ((cost.time(k + 1) - t1) / k + draft_cost_per_token)
                 td = perf()
-                proposal = drafter.propose(dstate, context, m_max, sampler, rng) if m_max > 0 else DraftProposal()
+                proposal = (
+                    drafter.propose(dstate, context, m_max, sampler, rng, min_confidence=min_conf)
+                    if m_max > 0
+                    else DraftProposal()
+                )
                 draft = [int(t) for t in proposal.tokens[:m_max]]
+                if cost is not None and proposal.confidence is not None and draft:
+                    draft = draft[: choose_draft_length(proposal.confidence[: len(draft)], cost, rate)]
                 tv = perf()
                 stats.draft_time_s += tv - td
+                if proposal.tokens:
+                    n_prop = min(len(proposal.tokens), m_max)
+                    draft_cost_per_token += 0.1 * ((tv - td) / n_prop - draft_cost_per_token)
 
                 logits = target.forward([ForwardRequest(seq, [context[-1]] + draft, logits="all")])[0].logits
+                if cost is not None:
+                    cost.update(len(draft) + 1, perf() - tv)
                 if sampler.uses_history:
                     logits = sampler.adjust(logits, context, draft)
                 if sampler.greedy:
@@ -329,6 +365,12 @@ class SpeculativeGenerator:
             if dstate is not None:
                 drafter.finish(dstate)
             target.release_sequence(seq)
+
+    def reset_caches(self) -> None:
+        """Empty every KV cache of target and drafter (no prefix reuse into the next generation)."""
+        for s in range(self.target.max_sequences):
+            self.target.truncate(s, 0)
+        self.drafter.reset_caches()
 
     def close(self) -> None:
         """Free drafter and target."""

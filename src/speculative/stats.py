@@ -65,6 +65,26 @@ class GenerationStats:
         for i in range(accepted):
             self.position_accepted[i] += 1
 
+    def merge(self, other: GenerationStats) -> GenerationStats:
+        """Add another generation's counters and times to this one (turns of a chat, a server's totals)."""
+        for name in ("prompt_tokens", "new_tokens", "steps", "draft_tokens", "accepted_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("prefill_time_s", "draft_time_s", "verify_time_s", "wall_time_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("accept_counts", "position_proposed", "position_accepted"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if len(mine) < len(theirs):
+                mine.extend([0] * (len(theirs) - len(mine)))
+            for i, v in enumerate(theirs):
+                mine[i] += v
+        self.num_speculative_tokens = max(self.num_speculative_tokens, other.num_speculative_tokens)
+        return self
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GenerationStats:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0

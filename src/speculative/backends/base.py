@@ -244,6 +244,17 @@ class Backend(abc.ABC):
     def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
         """Token ids of ``messages`` rendered with the model's template and a generation prompt."""
 
+    def cost_key(self) -> str:
+        """Identifies this model on this machine and settings, for cached cost measurements."""
+        import hashlib
+        import platform
+
+        raw = f"{self.name}|{self.model_id}|{platform.node()}|{self._cost_identity()}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:20]
+
+    def _cost_identity(self) -> str:
+        return ""
+
     def close(self) -> None:
         """Free the model and caches."""
 

@@ -222,6 +222,11 @@ class LlamaCppBackend(Backend):
             return None
         return tmpl.decode("utf-8", "replace")
 
+    def _cost_identity(self) -> str:
+        from ..cache import file_key
+
+        return f"{file_key(self.path)}|threads={self.n_threads}|{self.numerics}|batch={self.n_batch}"
+
     # ---- caches -------------------------------------------------------------------
 
     def _truncate_cache(self, seq_id: int, n_tokens: int) -> None:

@@ -197,6 +197,9 @@ class TransformersBackend(Backend):
         ids.update(vocab[t] for t in END_OF_TURN_TEXTS if t in vocab)
         return frozenset(i for i in ids if 0 <= i < self.vocab_size)
 
+    def _cost_identity(self) -> str:
+        return f"{self.source.location}|{self.device}|{self.dtype}|threads={self._torch.get_num_threads()}"
+
     # ---- caches --------------------------------------------------------------------
 
     def _cache(self, seq_id: int):

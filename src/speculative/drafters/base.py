@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend
+from ..cost_model import AcceptanceCalibration
 from ..sampling import Sampler
 
 
@@ -31,10 +32,54 @@ class DraftProposal:
         tokens: the m proposed ids (m may be 0: a plain decoding step).
         probs: float64 ``[m, V]`` processed draft distributions, or None for a
             deterministic proposal (q_i = one-hot(x_i)) or under greedy decoding.
+        confidence: per token, the drafter's estimate of P(token i is accepted |
+            tokens before it were), which the adaptive draft policy weighs against
+            verification cost; None when the drafter has no estimate (verify all).
     """
 
     tokens: list[int] = field(default_factory=list)
     probs: np.ndarray | None = None
+    confidence: list[float] | None = None
+
+
+@dataclass
+class ShadowScorer:
+    """Scores proposals against the tokens later committed, verified or not.
+
+    Each recorded proposal carries a calibration bucket per token; once the
+    committed context covers a token, the outcome (equal or not, given all
+    earlier tokens of the proposal were) is folded into ``calibration``.
+    Under sampling, P(committed == x) = p(x), the acceptance probability of a
+    deterministic draft, so the estimates stay unbiased.
+    """
+
+    calibration: AcceptanceCalibration = field(default_factory=AcceptanceCalibration)
+    pending: list[list] = field(default_factory=list)  # [start, tokens, buckets, scored]
+
+    def record(self, start: int, tokens: Sequence[int], buckets: Sequence[tuple]) -> None:
+        if tokens:
+            self.pending.append([start, list(tokens), list(buckets), 0])
+
+    def score(self, context: Sequence[int]) -> None:
+        cal = self.calibration
+        keep = []
+        for item in self.pending:
+            start, toks, buckets, done = item
+            resolved = False
+            while done < len(toks) and start + done < len(context):
+                ok = context[start + done] == toks[done]
+                cal.observe(buckets[done], ok)
+                done += 1
+                if not ok:
+                    resolved = True
+                    break
+            if not resolved and done < len(toks):
+                item[3] = done
+                keep.append(item)
+        self.pending = keep
+
+    def reset(self) -> None:
+        self.pending = []
 
 
 @dataclass
@@ -96,11 +141,20 @@ class Drafter(abc.ABC):
         max_tokens: int,
         sampler: Sampler,
         rng: np.random.Generator,
+        min_confidence: float = 0.0,
     ) -> DraftProposal:
-        """Propose up to ``max_tokens`` (>= 1) tokens following ``context`` (prompt + committed output)."""
+        """Propose up to ``max_tokens`` (>= 1) tokens following ``context`` (prompt + committed output).
+
+        ``min_confidence``: a drafter that pays per draft token may stop once the
+        cumulative confidence of its draft falls below this value (the adaptive
+        policy would not verify further tokens).
+        """
 
     def finish(self, state: DraftState) -> None:
         """The request ended; free its state."""
+
+    def reset_caches(self) -> None:
+        """Drop any cached keys/values kept for prefix reuse (benchmarks start each run cold)."""
 
     def close(self) -> None:
         """Free models and caches."""
@@ -111,5 +165,5 @@ class NoDrafter(Drafter):
 
     kind = "none"
 
-    def propose(self, state, context, max_tokens, sampler, rng) -> DraftProposal:
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         return DraftProposal()

@@ -15,19 +15,44 @@ output stays lossless.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..backends.base import Backend, ForwardRequest
 from ..errors import VocabularyMismatchError
-from .base import DraftProposal, DraftState, Drafter
+from ..cost_model import AcceptanceCalibration
+from .base import DraftProposal, DraftState, Drafter, ShadowScorer
 
 
 @dataclass
 class DraftModelState(DraftState):
     seq_id: int = 0
     offset: int = 0  # context[offset:] is what the draft cache mirrors (sliding window)
+    scorer: ShadowScorer = field(default_factory=ShadowScorer)
+
+
+_N_BINS = 10
+_MAX_POS_BUCKET = 3
+
+
+def _bucket(conf: float, pos: int) -> tuple[int, int]:
+    return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
+
+
+# Beta priors centred on the bin's raw confidence (trust the draft model until
+# the request's own outcomes say otherwise), worth 2 observations.
+_PRIORS = {
+    (b, p): (2.0 * (b + 0.5) / _N_BINS, 2.0 * (1 - (b + 0.5) / _N_BINS))
+    for b in range(_N_BINS)
+    for p in range(_MAX_POS_BUCKET + 1)
+}
+
+
+def _top_probability(row: np.ndarray) -> float:
+    """Largest softmax probability of a logits row (the greedy draft's confidence)."""
+    m = float(np.max(row))
+    return 1.0 / float(np.sum(np.exp(row - m, dtype=np.float32)))
 
 
 def _vocab_summary(b: Backend) -> str:
@@ -72,7 +97,11 @@ class DraftModelDrafter(Drafter):
         super().bind(target)
 
     def start(self, prompt: Sequence[int]) -> DraftModelState:
-        st = DraftModelState(prompt_len=len(prompt), seq_id=self.model.allocate_sequence(prompt))
+        st = DraftModelState(
+            prompt_len=len(prompt),
+            seq_id=self.model.allocate_sequence(prompt),
+            scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)),
+        )
         # prefill the prompt now, but its last token, which the first proposal feeds
         window = self._window(st, prompt, 1)
         kept = self.model.reuse_prefix(st.seq_id, window, keep_last=1)
@@ -86,8 +115,10 @@ class DraftModelDrafter(Drafter):
             st.offset = max(0, len(context) - n_ctx // 2)
         return context[st.offset :]
 
-    def propose(self, state, context, max_tokens, sampler, rng) -> DraftProposal:
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         m = self.model
+        state.scorer.score(context)
+        cal = state.scorer.calibration
         max_tokens = min(max_tokens, m.n_ctx // 2)
         window = self._window(state, context, max_tokens)
         seq = state.seq_id
@@ -95,21 +126,37 @@ class DraftModelDrafter(Drafter):
         pending = list(window[kept:])
         tokens: list[int] = []
         probs: list[np.ndarray] = []
-        for _ in range(max_tokens):
+        conf: list[float] = []
+        buckets: list[tuple] = []
+        cum = 1.0
+        for i in range(max_tokens):
             logits = m.forward([ForwardRequest(seq, pending, logits="last")])[0].logits
             row = logits[-1]
             if sampler.uses_history:
                 row = sampler.adjust(logits[-1:], list(context) + tokens, ())[0]
             tok, q = sampler.sample(row, rng)
+            raw = float(q[tok]) if q is not None else _top_probability(row)
+            b = _bucket(raw, i)
+            c = cal.estimate(b)
             tokens.append(tok)
+            buckets.append(b)
+            conf.append(c)
             if q is not None:
                 probs.append(q)
             pending = [tok]
+            cum *= c
+            if cum < min_confidence:
+                break  # further tokens would not be verified
         # the last draft token is not fed: if all are accepted, the next proposal feeds it
-        return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None)
+        state.scorer.record(len(context), tokens, buckets)
+        return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf)
 
     def finish(self, state: DraftState) -> None:
         self.model.release_sequence(state.seq_id)
+
+    def reset_caches(self) -> None:
+        for s in range(self.model.max_sequences):
+            self.model.truncate(s, 0)
 
     def close(self) -> None:
         self.model.close()

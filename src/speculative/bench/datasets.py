@@ -1,0 +1,98 @@
+"""Prompt sets for the bench: Spec-Bench (the test set) and the project's development set.
+
+Spec-Bench (Xia et al. 2024) groups its 480 questions in six categories; its
+first 80 are MT-Bench's eight sub-categories, reported together as
+``mt_bench``. Tuning (k, thresholds, priors, drafter training) uses the
+development set only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import ConfigError
+
+MT_BENCH_SUBCATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+CATEGORY_TITLES = {
+    "mt_bench": "MT-Bench",
+    "translation": "Translation",
+    "summarization": "Summarization",
+    "qa": "QA",
+    "math_reasoning": "Math",
+    "rag": "RAG",
+}
+
+
+@dataclass(frozen=True)
+class Question:
+    """One benchmark prompt: an id, its Spec-Bench category, and 1+ user turns."""
+
+    question_id: int
+    category: str
+    turns: tuple[str, ...]
+    subcategory: str = ""
+
+
+def dataset_path(name: str) -> Path:
+    """``spec-bench`` (the repository copy), ``dev`` (the development set) or a JSONL path."""
+    if name == "spec-bench":
+        return Path(str(resources.files("speculative") / "data" / "spec_bench" / "question.jsonl"))
+    if name == "dev":
+        return Path(str(resources.files("speculative") / "data" / "devset.jsonl"))
+    p = Path(name)
+    if not p.is_file():
+        raise ConfigError(f"dataset '{name}' is neither 'spec-bench', 'dev' nor a JSONL file")
+    return p
+
+
+def load_questions(name: str = "spec-bench") -> list[Question]:
+    """All questions of a dataset, in file order.
+
+    Raises:
+        ConfigError: a missing file or a malformed line (with its line number).
+    """
+    path = dataset_path(name)
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            sub = str(row["category"])
+            cat = "mt_bench" if sub in MT_BENCH_SUBCATEGORIES or sub == "mt_bench" else sub
+            turns = tuple(str(t) for t in row["turns"])
+            if not turns:
+                raise ValueError("no turns")
+            out.append(Question(int(row["question_id"]), cat, turns, sub))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}:{i}: not a question line ({e})") from None
+    return out
+
+
+def select(
+    questions: list[Question], categories: list[str] | None = None, per_category: int | None = 10
+) -> list[Question]:
+    """``per_category`` questions of each category, evenly spaced (so MT-Bench's sub-categories
+    are all represented); None takes all. Keeps the dataset's order.
+
+    Raises:
+        ConfigError: an unknown category.
+    """
+    present = sorted({q.category for q in questions}, key=lambda c: (CATEGORIES + (c,)).index(c))
+    cats = categories or present
+    unknown = [c for c in cats if c not in present]
+    if unknown:
+        raise ConfigError(f"unknown categories {', '.join(unknown)}: choose from {', '.join(present)}")
+    chosen = []
+    for c in cats:
+        qs = [q for q in questions if q.category == c]
+        if per_category is not None and per_category < len(qs):
+            step = len(qs) / per_category
+            qs = [qs[int(i * step)] for i in range(per_category)]
+        chosen.extend(qs)
+    order = {q.question_id: i for i, q in enumerate(questions)}
+    return sorted(chosen, key=lambda q: order[q.question_id])

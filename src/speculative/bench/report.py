@@ -1,0 +1,346 @@
+"""Aggregation and reports of a bench run: ``results.json``, ``results.md`` and PNG plots.
+
+Speedups are geometric means of paired per-question ratios (baseline time /
+method time) with a 95% t-interval on the log scale. The predicted speedup
+follows Leviathan et al. (2023, section 3.4), generalized to drafts whose
+length varies per step: S = tau·T(1) / (t_draft·E[m] + E[T(m+1)]), with the
+distribution of the draft length m taken from the per-position counters and
+T(n) from the measured verification cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ..cost_model import CostModel, alpha_from_tau
+from ..stats import GenerationStats
+from .datasets import CATEGORIES, CATEGORY_TITLES
+
+SCHEMA_VERSION = 1
+
+
+def geometric_mean_ci(ratios, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios with a t-interval on the log scale: (mean, low, high)."""
+    logs = np.log(np.asarray(ratios, dtype=np.float64))
+    n = len(logs)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = float(np.mean(logs))
+    if n < 2:
+        return math.exp(m), float("nan"), float("nan")
+    from scipy import stats
+
+    se = float(np.std(logs, ddof=1)) / math.sqrt(n)
+    t = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+    return math.exp(m), math.exp(m - t * se), math.exp(m + t * se)
+
+
+def compare(base: dict, row: dict) -> bool:
+    """Does a run's output equal the baseline's (token ids, or text for endpoints)?"""
+    if row.get("compare_by") == "text":
+        return [t.strip() for t in row["texts"]] == [t.strip() for t in base["texts"]]
+    return row["turn_token_ids"] == base["turn_token_ids"]
+
+
+def draft_length_distribution(s: GenerationStats) -> dict[int, int]:
+    """Steps per draft length m (0 = plain step), from the per-position counters (prefill step excluded)."""
+    prop = list(s.position_proposed) + [0]
+    dist = {m: prop[m - 1] - prop[m] for m in range(1, len(prop)) if prop[m - 1] - prop[m] > 0}
+    plain = s.steps - 1 - (prop[0] if prop else 0)
+    if plain > 0:
+        dist[0] = plain
+    return dist
+
+
+def predicted_speedup_from_stats(s: GenerationStats, cost: CostModel) -> dict:
+    """Predicted speedup and its ingredients from merged stats and the cost model."""
+    dist = draft_length_distribution(s)
+    steps = sum(dist.values())
+    if steps == 0 or s.new_tokens == 0:
+        return {}
+    tau = s.new_tokens / s.steps
+    mean_m = sum(m * c for m, c in dist.items()) / steps
+    e_verify = sum(c * cost.time(m + 1) for m, c in dist.items()) / steps
+    t_draft = s.draft_time_s / s.draft_tokens if s.draft_tokens else 0.0
+    speedup = tau * cost.time(1) / (t_draft * mean_m + e_verify)
+    draft_steps = sum(c for m, c in dist.items() if m > 0)
+    tau_draft = (s.accepted_tokens + draft_steps) / draft_steps if draft_steps else 1.0
+    k_eff = max(1, round(s.draft_tokens / draft_steps)) if draft_steps else 1
+    return {
+        "tau": tau,
+        "mean_draft_length": mean_m,
+        "alpha": alpha_from_tau(min(tau_draft, k_eff + 1), k_eff),
+        "t_draft_s": t_draft,
+        "t1_s": cost.time(1),
+        "mean_verify_s": e_verify,
+        "speedup": speedup,
+    }
+
+
+def _fmt(x: float, nd: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def aggregate(runner, done: dict) -> dict:
+    """Per-method totals, speedups (overall and per category) and greedy-identity verdicts."""
+    cfg = runner.cfg
+    qids = [q.question_id for q in runner.questions]
+    cat_of = {q.question_id: q.category for q in runner.questions}
+    methods = runner.methods
+    base_rows = {qid: done.get((qid, "baseline")) for qid in qids}
+    out_methods = []
+    failures = []
+    for m in methods:
+        rows = [done[(qid, m.label)] for qid in qids if (qid, m.label) in done]
+        if not rows:
+            continue
+        merged = GenerationStats(num_speculative_tokens=m.k or cfg.k)
+        any_stats = False
+        for r in rows:
+            if r.get("stats"):
+                merged.merge(GenerationStats.from_dict(r["stats"]))
+                any_stats = True
+        tot_new = sum(r["new_tokens"] for r in rows)
+        tot_wall = sum(r["wall_time_s"] for r in rows)
+        tot_prefill = sum(r["prefill_time_s"] for r in rows)
+        e2e, dec, by_cat = [], [], defaultdict(list)
+        matches = 0
+        compared = 0
+        for r in rows:
+            b = base_rows.get(r["question_id"])
+            if b is None:
+                continue
+            compared += 1
+            ok = compare(b, r)
+            matches += ok
+            if cfg.greedy and m.kind == "ours" and not ok:
+                failures.append({"method": m.label, "question_id": r["question_id"]})
+            e2e.append(b["wall_time_s"] / r["wall_time_s"])
+            dec.append((b["wall_time_s"] - b["prefill_time_s"]) / max(r["wall_time_s"] - r["prefill_time_s"], 1e-9))
+            by_cat[cat_of[r["question_id"]]].append(e2e[-1])
+        g, lo, hi = geometric_mean_ci(e2e)
+        gd, lod, hid = geometric_mean_ci(dec)
+        entry = {
+            "method": m.label,
+            "kind": m.kind,
+            "k": m.k,
+            "questions": len(rows),
+            "new_tokens": tot_new,
+            "tokens_per_second": tot_new / tot_wall if tot_wall else 0.0,
+            "decode_tokens_per_second": tot_new / max(tot_wall - tot_prefill, 1e-9),
+            "wall_time_s": tot_wall,
+            "prefill_time_s": tot_prefill,
+            "speedup": {"mean": g, "ci95": [lo, hi]},
+            "decode_speedup": {"mean": gd, "ci95": [lod, hid]},
+            "speedup_by_category": {c: geometric_mean_ci(v)[0] for c, v in by_cat.items()},
+            "greedy_match_fraction": matches / compared if compared else None,
+            "rss_peak_mb": max(r.get("rss_peak_mb", 0.0) for r in rows),
+            "load_rss_mb": runner.load_rss_mb.get(m.label),
+        }
+        if any_stats:
+            entry.update(
+                acceptance_rate=merged.acceptance_rate,
+                mean_accepted_tokens=merged.mean_accepted_tokens,
+                mean_accepted_by_category={
+                    c: _mat([done[(qid, m.label)] for qid in qids if cat_of[qid] == c and (qid, m.label) in done])
+                    for c in by_cat
+                },
+                per_position_acceptance=merged.per_position_acceptance,
+                accept_counts=merged.accept_counts,
+                time_split={
+                    "prefill_s": merged.prefill_time_s,
+                    "draft_s": merged.draft_time_s,
+                    "verify_s": merged.verify_time_s,
+                    "other_s": max(merged.wall_time_s - merged.prefill_time_s - merged.draft_time_s - merged.verify_time_s, 0.0),
+                },
+                stats=merged.to_dict(),
+            )
+            if m.kind == "ours" and runner.cost_model is not None:
+                pred = predicted_speedup_from_stats(merged, runner.cost_model)
+                if pred:
+                    # the prediction covers decoding, so it sits beside the decode-only speedup
+                    entry["predicted"] = pred
+        out_methods.append(entry)
+    return {"methods": out_methods, "failures": failures}
+
+
+def _mat(rows) -> float:
+    s = GenerationStats()
+    for r in rows:
+        if r.get("stats"):
+            s.merge(GenerationStats.from_dict(r["stats"]))
+    return s.mean_accepted_tokens
+
+
+def environment() -> dict:
+    def v(p):
+        try:
+            return metadata.version(p)
+        except metadata.PackageNotFoundError:
+            return None
+
+    from .. import __version__
+
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "speculative": __version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "llama_cpp_python": v("llama-cpp-python"),
+        "torch": v("torch"),
+        "transformers": v("transformers"),
+    }
+
+
+def markdown(results: dict) -> str:
+    cfg = results["config"]
+    env = results["environment"]
+    cats = [c for c in CATEGORIES if any(c in m.get("speedup_by_category", {}) for m in results["methods"])]
+    lines = [
+        f"# Bench: {cfg['target']} on {cfg['backend']}",
+        "",
+        f"{env['date']}, speculative {env['speculative']}, llama-cpp-python {env['llama_cpp_python']}, "
+        f"torch {env['torch']}, transformers {env['transformers']}, {env['cpus']} CPUs ({env['machine']}).",
+        f"Dataset {cfg['dataset']}, {results['questions']} questions, max {cfg['max_new_tokens']} new tokens, "
+        f"temperature {cfg['temperature']}, k = {cfg['k']}, draft policy {cfg['draft_policy']}.",
+        "",
+        "## Speedup over plain decoding (end-to-end, prefill included), Spec-Bench form",
+        "",
+        "| method | " + " | ".join(CATEGORY_TITLES.get(c, c) for c in cats) + " | #MAT | overall (95% CI) |",
+        "|---|" + "---|" * len(cats) + "---|---|",
+    ]
+    for m in results["methods"]:
+        if m["kind"] == "baseline":
+            continue
+        sp = m["speedup"]
+        row = [m["method"]] + [_fmt(m["speedup_by_category"].get(c, float("nan"))) + "x" for c in cats]
+        row.append(_fmt(m.get("mean_accepted_tokens", float("nan"))))
+        row.append(f"{_fmt(sp['mean'])}x ({_fmt(sp['ci95'][0])}–{_fmt(sp['ci95'][1])})")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## Per method",
+        "",
+        "| method | tok/s e2e | tok/s decode | decode speedup (95% CI) | predicted | acceptance | τ | prefill / draft / verify / other (s) | greedy match | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in results["methods"]:
+        d = m["decode_speedup"]
+        pred = m.get("predicted", {}).get("speedup")
+        ts = m.get("time_split")
+        split = " / ".join(_fmt(ts[k], 1) for k in ("prefill_s", "draft_s", "verify_s", "other_s")) if ts else "–"
+        gm = m.get("greedy_match_fraction")
+        lines.append(
+            f"| {m['method']} | {_fmt(m['tokens_per_second'], 1)} | {_fmt(m['decode_tokens_per_second'], 1)} | "
+            f"{_fmt(d['mean'])}x ({_fmt(d['ci95'][0])}–{_fmt(d['ci95'][1])}) | "
+            f"{_fmt(pred) + 'x' if pred else '–'} | "
+            f"{_fmt(m['acceptance_rate'] * 100, 1) + '%' if 'acceptance_rate' in m else '–'} | "
+            f"{_fmt(m.get('mean_accepted_tokens', float('nan')))} | {split} | "
+            f"{_fmt(gm * 100, 0) + '%' if gm is not None else '–'} | {_fmt(m['rss_peak_mb'], 0)} |"
+        )
+    pos = [m for m in results["methods"] if m.get("per_position_acceptance") and m["kind"] == "ours"]
+    if pos:
+        width = max(len(m["per_position_acceptance"]) for m in pos)
+        lines += ["", "## Acceptance by draft position", "",
+                  "| method | " + " | ".join(str(i + 1) for i in range(width)) + " |",
+                  "|---|" + "---|" * width]
+        for m in pos:
+            a = m["per_position_acceptance"] + [float("nan")] * (width - len(m["per_position_acceptance"]))
+            lines.append(f"| {m['method']} | " + " | ".join(_fmt(x) for x in a) + " |")
+    if results["failures"]:
+        lines += ["", "## FAILURES: outputs that differ from plain greedy decoding", ""]
+        lines += [f"- {f['method']} on question {f['question_id']}" for f in results["failures"]]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plots(results: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    ms = [m for m in results["methods"] if m["kind"] != "baseline"]
+    cats = [c for c in CATEGORIES if any(c in m["speedup_by_category"] for m in ms)]
+    if ms and cats:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        w = 0.8 / len(ms)
+        x = np.arange(len(cats))
+        for i, m in enumerate(ms):
+            ax.bar(x + i * w, [m["speedup_by_category"].get(c, np.nan) for c in cats], w, label=m["method"])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(x + w * (len(ms) - 1) / 2, [CATEGORY_TITLES.get(c, c) for c in cats])
+        ax.set_ylabel("speedup over plain decoding")
+        ax.set_title(f"{results['config']['target']} ({results['config']['backend']})")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "speedup_by_category.png", dpi=120)
+        plt.close(fig)
+        written.append("speedup_by_category.png")
+    pos = [m for m in ms if m.get("per_position_acceptance")]
+    if pos:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for m in pos:
+            a = m["per_position_acceptance"]
+            ax.plot(range(1, len(a) + 1), a, marker="o", label=m["method"])
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("fraction of steps accepting it")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "acceptance_by_position.png", dpi=120)
+        plt.close(fig)
+        written.append("acceptance_by_position.png")
+    swept = defaultdict(list)
+    for m in ms:
+        if m["kind"] == "ours" and " k=" in m["method"]:
+            swept[m["method"].rsplit(" k=", 1)[0]].append(m)
+    if swept:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, group in swept.items():
+            group.sort(key=lambda m: m["k"])
+            ks = [m["k"] for m in group]
+            ax.plot(ks, [m["decode_speedup"]["mean"] for m in group], marker="o", label=f"{name} measured")
+            ax.plot(ks, [m.get("predicted", {}).get("speedup", np.nan) for m in group], ls="--", marker="x",
+                    label=f"{name} predicted")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xlabel("k (most draft tokens per step)")
+        ax.set_ylabel("decode speedup")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "speedup_vs_k.png", dpi=120)
+        plt.close(fig)
+        written.append("speedup_vs_k.png")
+    return written
+
+
+def write_reports(runner, done: dict) -> dict:
+    from dataclasses import asdict
+
+    agg = aggregate(runner, done)
+    results = {
+        "schema_version": SCHEMA_VERSION,
+        "config": asdict(runner.cfg),
+        "environment": environment(),
+        "questions": len(runner.questions),
+        "cost_model": runner.cost_model.to_dict() if runner.cost_model is not None else None,
+        **agg,
+    }
+    out = runner.output
+    for name, text in (("results.json", json.dumps(results, indent=1)), ("results.md", markdown(results))):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    results["plots"] = plots(results, out)
+    return results

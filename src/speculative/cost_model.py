@@ -1,0 +1,230 @@
+"""The cost model: what a verification pass costs, and how many draft tokens are worth verifying.
+
+Leviathan et al. 2023 (section 3.4) analyse speculative decoding with a cost
+ratio c between drafter and target and a per-token acceptance rate alpha: a
+step of k draft tokens yields on average (1 - alpha^(k+1)) / (1 - alpha)
+tokens. On hardware where verification is compute-bound (small models on a
+few CPU cores) the target's cost T(n) of a forward over n tokens grows almost
+linearly in n, so long drafts only pay when acceptance is very high. This
+module measures T(n) and picks, per step, the draft length that maximizes the
+long-run throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backends.base import Backend, ForwardRequest
+
+#: forward sizes measured by :func:`measure_verify_cost`
+PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
+
+
+@dataclass
+class CostModel:
+    """Verification cost T(n), seconds per target forward over n tokens with logits at every position.
+
+    Holds a measured table (``sizes`` -> ``seconds``), interpolated linearly
+    between sizes and extrapolated by the last slope, and refines it online
+    from the engine's own timings (exponential moving average per n).
+
+    Attributes:
+        sizes: forward sizes n (tokens), increasing.
+        seconds: T(n) for each size.
+        context_tokens: context length the table was measured at.
+    """
+
+    sizes: list[int] = field(default_factory=lambda: [1, 2])
+    seconds: list[float] = field(default_factory=lambda: [0.01, 0.02])
+    context_tokens: int = 0
+    ema: float = 0.1
+
+    def time(self, n: int) -> float:
+        """Estimated T(n) in seconds (n >= 1)."""
+        xs, ys = self.sizes, self.seconds
+        if n <= xs[0]:
+            return ys[0] * n / xs[0]
+        if n >= xs[-1]:
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else ys[-1] / xs[-1]
+            return ys[-1] + slope * (n - xs[-1])
+        return float(np.interp(n, xs, ys))
+
+    def update(self, n: int, seconds: float) -> None:
+        """Fold one measured forward of n tokens into the table."""
+        if n in self.sizes:
+            i = self.sizes.index(n)
+            self.seconds[i] += self.ema * (seconds - self.seconds[i])
+        else:
+            self.sizes.append(n)
+            self.seconds.append(seconds)
+            order = np.argsort(self.sizes)
+            self.sizes = [self.sizes[i] for i in order]
+            self.seconds = [self.seconds[i] for i in order]
+
+    def ceiling(self, k: int) -> float:
+        """Best possible speedup at perfect acceptance with k draft tokens and a free drafter: (k+1)·T(1)/T(k+1)."""
+        return (k + 1) * self.time(1) / self.time(k + 1)
+
+    def to_dict(self) -> dict:
+        return {"sizes": list(self.sizes), "seconds": list(self.seconds), "context_tokens": self.context_tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostModel:
+        return cls(sizes=list(d["sizes"]), seconds=list(d["seconds"]), context_tokens=int(d.get("context_tokens", 0)))
+
+
+def measure_verify_cost(
+    backend: Backend,
+    sizes: Sequence[int] = PROFILE_SIZES,
+    context_tokens: int = 256,
+    repeats: int = 5,
+    seq_id: int = 0,
+) -> CostModel:
+    """Measure T(n): the median time of a forward over n tokens with logits at every position.
+
+    A context of ``context_tokens`` tokens is prefilled first; every timed
+    forward is rolled back afterwards. The sequence's cache is cleared at the end.
+    """
+    rng = np.random.default_rng(0)
+    ctx = rng.integers(100, min(backend.vocab_size, 30000), size=context_tokens).tolist()
+    block = rng.integers(100, min(backend.vocab_size, 30000), size=max(sizes)).tolist()
+    backend.truncate(seq_id, 0)
+    try:
+        backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
+        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
+        backend.truncate(seq_id, context_tokens)
+        out = []
+        for n in sizes:
+            ts = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
+                ts.append(time.perf_counter() - t)
+                backend.truncate(seq_id, context_tokens)
+            out.append(float(np.median(ts)))
+    finally:
+        backend.truncate(seq_id, 0)
+    # costs never fall with more tokens: smooth out timer noise
+    out = np.maximum.accumulate(out).tolist()
+    return CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens)
+
+
+def cached_verify_cost(backend: Backend) -> CostModel:
+    """The backend's :class:`CostModel` from the cache folder, measured (about a second) and stored if missing."""
+    from .cache import cache_dir, read_json, write_json_atomic
+
+    key = backend.cost_key()
+    path = cache_dir("cost") / f"{key}.json"
+    data = read_json(path)
+    if data.get("sizes"):
+        return CostModel.from_dict(data)
+    model = measure_verify_cost(backend, repeats=3)
+    write_json_atomic(path, {**model.to_dict(), "model": backend.model_id, "backend": backend.name})
+    return model
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Mean tokens per step, (1 - alpha^(k+1)) / (1 - alpha), for i.i.d. acceptance alpha (Leviathan et al., eq. 1)."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def alpha_from_tau(tau: float, k: int) -> float:
+    """Solve (1 - alpha^(k+1)) / (1 - alpha) = tau for alpha in [0, 1] (bisection).
+
+    Args:
+        tau: mean tokens per speculative step, in [1, k+1].
+        k: draft tokens per step.
+    """
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    if tau <= 1.0:
+        return 0.0
+    if tau >= k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def predicted_speedup(tau: float, k: int, t_draft: float, t1: float, tk1: float) -> float:
+    """Speedup over plain decoding predicted from measurements: S = tau·T(1) / (k·t_draft + T(k+1)).
+
+    Args:
+        tau: mean accepted tokens per step.
+        k: draft tokens per step.
+        t_draft: drafter's time per draft token (seconds).
+        t1: target forward time for 1 token (seconds).
+        tk1: target forward time for k+1 tokens (seconds).
+    """
+    return tau * t1 / (k * t_draft + tk1)
+
+
+def choose_draft_length(confidence: Sequence[float], cost: CostModel, rate: float) -> int:
+    """How many leading draft tokens to verify.
+
+    Maximizes E[tokens] - rate·T(m+1) over m (renewal-reward form of
+    throughput maximization: ``rate`` is the long-run tokens per second the
+    decoder achieves, at least plain decoding's 1/T(1)), where E[tokens] =
+    1 + sum_i prod_{j<=i} confidence_j and confidence_i estimates the
+    probability that draft token i is accepted given the tokens before it were.
+
+    Returns:
+        m in 0..len(confidence).
+    """
+    best_m, best = 0, 1.0 - rate * cost.time(1)
+    cum, e = 1.0, 1.0
+    for m, c in enumerate(confidence, start=1):
+        cum *= max(0.0, min(1.0, c))
+        e += cum
+        score = e - rate * cost.time(m + 1)
+        if score > best:
+            best_m, best = m, score
+        if cum < 1e-3:
+            break
+    return best_m
+
+
+@dataclass
+class AcceptanceCalibration:
+    """Online estimates of P(draft token accepted | the ones before it were), per bucket.
+
+    A bucket is whatever the drafter knows about a token's reliability (an
+    n-gram match length, a confidence decile) and its position in the draft.
+    Beta(prior_a, prior_b) prior per bucket; counts from observed outcomes.
+    """
+
+    prior: dict[tuple, tuple[float, float]] = field(default_factory=dict)
+    default_prior: tuple[float, float] = (1.0, 1.0)
+    counts: dict[tuple, list[float]] = field(default_factory=dict)
+    #: estimates are the posterior mean minus this many posterior standard
+    #: deviations: pessimistic while evidence is thin, since a rejected draft
+    #: token costs more than an accepted one saves on compute-bound hardware
+    #: (0.5 chosen on the development prompts, between 0, 0.5 and 1)
+    caution: float = 0.5
+
+    def estimate(self, bucket: tuple) -> float:
+        a, b = self.prior.get(bucket, self.default_prior)
+        s, n = self.counts.get(bucket, (0.0, 0.0))
+        a, b = a + s, b + n - s
+        mean = a / (a + b)
+        if not self.caution:
+            return mean
+        sd = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+        return max(0.0, mean - self.caution * sd)
+
+    def observe(self, bucket: tuple, accepted: bool) -> None:
+        c = self.counts.setdefault(bucket, [0.0, 0.0])
+        c[0] += 1.0 if accepted else 0.0
+        c[1] += 1.0
