@@ -94,8 +94,9 @@ class GenerationStats:
         return self.new_tokens / self.steps if self.steps else 0.0
 
     @property
-    def per_position_acceptance(self) -> list[float]:
-        return [a / p if p else 0.0 for a, p in zip(self.position_accepted, self.position_proposed)]
+    def per_position_acceptance(self) -> list[float | None]:
+        """Fraction of steps with an i-th draft token that accepted it (None where never proposed)."""
+        return [a / p if p else None for a, p in zip(self.position_accepted, self.position_proposed)]
 
     @property
     def decode_time_s(self) -> float:

@@ -40,6 +40,7 @@ class LlamaCppPythonPeer(Method):
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
             kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=10)
+            kwargs["logits_all"] = True  # llama-cpp-python 0.3.36 sizes its score buffer by this flag alone
         self.llm = llama_cpp.Llama(**kwargs)
         self.turns = _TimedTurns(target, chat)
         self.eos = target.eos_token_ids
@@ -48,7 +49,6 @@ class LlamaCppPythonPeer(Method):
         s = cfg.sampling
 
         def turn(ids):
-            self.llm.reset()
             out, first_at = [], None
             if s.seed is not None:
                 self.llm.set_seed(s.seed)
@@ -65,6 +65,9 @@ class LlamaCppPythonPeer(Method):
             gen.close()
             return out, first_at, None, None
 
+        # cold start per question; later turns reuse the prefix, as llama-cpp-python does by itself
+        self.llm.reset()
+        self.llm._ctx.kv_cache_clear()
         return self.turns.run_turns(question, turn)
 
     def close(self) -> None:

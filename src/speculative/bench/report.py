@@ -86,7 +86,7 @@ def predicted_speedup_from_stats(s: GenerationStats, cost: CostModel) -> dict:
     }
 
 
-def _fmt(x: float, nd: int = 2) -> str:
+def _fmt(x: float | None, nd: int = 2) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
@@ -142,6 +142,7 @@ def aggregate(runner, done: dict) -> dict:
             "speedup": {"mean": g, "ci95": [lo, hi]},
             "decode_speedup": {"mean": gd, "ci95": [lod, hid]},
             "speedup_by_category": {c: geometric_mean_ci(v)[0] for c, v in by_cat.items()},
+            "speedup_by_category_ci95": {c: list(geometric_mean_ci(v)[1:]) for c, v in by_cat.items()},
             "greedy_match_fraction": matches / compared if compared else None,
             "rss_peak_mb": max(r.get("rss_peak_mb", 0.0) for r in rows),
             "load_rss_mb": runner.load_rss_mb.get(m.label),
@@ -255,7 +256,7 @@ def markdown(results: dict) -> str:
                   "| method | " + " | ".join(str(i + 1) for i in range(width)) + " |",
                   "|---|" + "---|" * width]
         for m in pos:
-            a = m["per_position_acceptance"] + [float("nan")] * (width - len(m["per_position_acceptance"]))
+            a = m["per_position_acceptance"] + [None] * (width - len(m["per_position_acceptance"]))
             lines.append(f"| {m['method']} | " + " | ".join(_fmt(x) for x in a) + " |")
     if results["failures"]:
         lines += ["", "## FAILURES: outputs that differ from plain greedy decoding", ""]
@@ -278,7 +279,10 @@ def plots(results: dict, out: Path) -> list[str]:
         w = 0.8 / len(ms)
         x = np.arange(len(cats))
         for i, m in enumerate(ms):
-            ax.bar(x + i * w, [m["speedup_by_category"].get(c, np.nan) for c in cats], w, label=m["method"])
+            vals = [m["speedup_by_category"].get(c, np.nan) for c in cats]
+            cis = [m.get("speedup_by_category_ci95", {}).get(c, [np.nan, np.nan]) for c in cats]
+            err = np.array([[v - (lo if lo == lo else v), (hi if hi == hi else v) - v] for v, (lo, hi) in zip(vals, cis)]).T
+            ax.bar(x + i * w, vals, w, label=m["method"], yerr=err, capsize=2)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(x + w * (len(ms) - 1) / 2, [CATEGORY_TITLES.get(c, c) for c in cats])
         ax.set_ylabel("speedup over plain decoding")
@@ -292,7 +296,7 @@ def plots(results: dict, out: Path) -> list[str]:
     if pos:
         fig, ax = plt.subplots(figsize=(6, 4))
         for m in pos:
-            a = m["per_position_acceptance"]
+            a = [np.nan if v is None else v for v in m["per_position_acceptance"]]
             ax.plot(range(1, len(a) + 1), a, marker="o", label=m["method"])
         ax.set_xlabel("draft position")
         ax.set_ylabel("fraction of steps accepting it")

@@ -1,0 +1,185 @@
+"""``speculative bench`` and ``speculative profile``: schema, formulas, resume, and the greedy gate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speculative import engine
+from speculative.bench import BenchConfig, BenchRunner
+from speculative.bench.datasets import CATEGORIES, load_questions, select
+from speculative.bench.report import draft_length_distribution, geometric_mean_ci, predicted_speedup_from_stats
+from speculative.cli import main
+from speculative.cost_model import CostModel
+from speculative.stats import GenerationStats
+from speculative.verification import VerifyResult
+
+SMOKE = ["--categories", "mt_bench", "qa", "--per-category", "1", "--max-new-tokens", "6", "--no-progress"]
+
+
+def test_datasets_select_evenly_and_devset_is_not_spec_bench():
+    qs = load_questions("spec-bench")
+    assert len(qs) == 480 and {q.category for q in qs} == set(CATEGORIES)
+    mt = select(qs, ["mt_bench"], 8)
+    assert len({q.subcategory for q in mt}) == 8  # one per MT-Bench sub-category
+    dev = load_questions("dev")
+    assert len(dev) >= 30
+    spec_texts = {t for q in qs for t in q.turns}
+    assert not any(t in spec_texts for q in dev for t in q.turns)
+
+
+def test_smoke_run_schema_and_markdown(tmp_path, capsys):
+    out = tmp_path / "b"
+    code = main(["bench", *SMOKE, "--drafter", "ngram", "--drafter", "model:smollm2-135m-instruct,ctx=512",
+                 "--peer", "llama-cpp-python", "--peer", "llama-cpp-python-lookup", "--peer", "transformers",
+                 "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["schema_version"] == 1 and res["questions"] == 2 and res["failures"] == []
+    assert res["config"]["target"] == "smollm2-135m-instruct" and res["environment"]["llama_cpp_python"]
+    labels = [m["method"] for m in res["methods"]]
+    assert labels[0] == "baseline" and "ngram" in labels and "llama-cpp-python lookup" in labels
+    for m in res["methods"]:
+        for key in ("tokens_per_second", "decode_tokens_per_second", "speedup", "decode_speedup",
+                    "speedup_by_category", "greedy_match_fraction", "rss_peak_mb"):
+            assert key in m, (m["method"], key)
+        assert m["speedup"]["mean"] > 0 and len(m["speedup"]["ci95"]) == 2
+        if m["kind"] != "peer":
+            for key in ("acceptance_rate", "mean_accepted_tokens", "per_position_acceptance", "time_split"):
+                assert key in m
+    ours = next(m for m in res["methods"] if m["method"] == "model:smollm2-135m-instruct,ctx=512")
+    assert ours["greedy_match_fraction"] == 1.0 and "predicted" in ours and ours["acceptance_rate"] == 1.0
+    md = (out / "results.md").read_text()
+    assert "| method | MT-Bench | QA | #MAT | overall (95% CI) |" in md
+    assert "| ngram |" in md and "## Per method" in md and "## Acceptance by draft position" in md
+    assert md in printed
+    runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 2 * 6
+    mt = next(r for r in runs if r["category"] == "mt_bench")
+    assert len(mt["turn_token_ids"]) == 2  # both MT-Bench turns
+    assert (out / "speedup_by_category.png").stat().st_size > 1000
+    assert (out / "acceptance_by_position.png").is_file()
+
+
+def test_sweep_k_plot(tmp_path):
+    out = tmp_path / "s"
+    code = main(["bench", *SMOKE, "--categories", "qa", "--sweep-k", "1,2", "--draft-policy", "fixed",
+                 "--peers", "none", "--output", str(out)])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    assert [m["method"] for m in res["methods"]] == ["baseline", "ngram k=1", "ngram k=2"]
+    assert (out / "speedup_vs_k.png").is_file()
+
+
+def test_interrupted_run_resumes(tmp_path, monkeypatch):
+    cfg = BenchConfig(drafters=["ngram"], categories=["qa", "translation"], per_category=2, max_new_tokens=4)
+    out = tmp_path / "r"
+    r1 = BenchRunner(cfg, output=out, progress=False)
+    r1.load_methods()
+    calls = {"n": 0}
+    real_run = r1.methods[1].run
+
+    def flaky(q, c):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_run(q, c)
+
+    r1.methods[1].run = flaky
+    with pytest.raises(KeyboardInterrupt):
+        r1.run()
+    r1.close()
+    partial = (out / "runs.jsonl").read_text().splitlines()
+    assert 1 <= len(partial) < 8
+    with open(out / "runs.jsonl", "a") as f:
+        f.write('{"question_id": 1, "meth')  # a line torn by a kill mid-write
+    r2 = BenchRunner(cfg, output=out, progress=False)
+    r2.load_methods()
+    seen = []
+    for m in r2.methods:
+        orig = m.run
+        m.run = lambda q, c, orig=orig, label=m.label: (seen.append((q.question_id, label)), orig(q, c))[1]
+    res = r2.run()
+    r2.close()
+    assert len(seen) == 8 - len(partial)  # only what was missing ran
+    assert res["failures"] == [] and all(m["questions"] == 4 for m in res["methods"])
+    with pytest.raises(Exception, match="other settings"):
+        BenchRunner(BenchConfig(drafters=["none"], per_category=1), output=out, progress=False)
+
+
+def test_injected_greedy_mismatch_fails_the_bench(tmp_path, monkeypatch, capsys):
+    def wrong(target_choices, draft):
+        # accept the first draft token even when the target disagrees
+        n = 1 if len(draft) else 0
+        return VerifyResult(n, int(target_choices[n]))
+
+    monkeypatch.setattr(engine, "verify_greedy", wrong)
+    code = main(["bench", *SMOKE, "--categories", "summarization", "--drafter", "ngram", "--draft-policy", "fixed",
+                 "--peers", "none", "--output", str(tmp_path / "m"), "--max-new-tokens", "24"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "differ from plain greedy decoding" in captured.err
+    res = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert res["failures"] and res["failures"][0]["method"] == "ngram"
+
+
+def test_predicted_speedup_from_stats_by_hand():
+    # 10 steps after prefill: 4 with 3 draft tokens, 6 plain; 12 draft tokens, 6 accepted
+    s = GenerationStats(num_speculative_tokens=3)
+    s.steps = 11
+    s.position_proposed = [4, 4, 4]
+    s.position_accepted = [3, 2, 1]
+    s.draft_tokens, s.accepted_tokens = 12, 6
+    s.new_tokens = 1 + 10 + 6
+    s.draft_time_s = 12 * 0.001
+    assert draft_length_distribution(s) == {3: 4, 0: 6}
+    cm = CostModel([1, 4], [0.010, 0.025])
+    p = predicted_speedup_from_stats(s, cm)
+    tau = 17 / 11
+    e_verify = (4 * 0.025 + 6 * 0.010) / 10
+    assert p["tau"] == pytest.approx(tau)
+    assert p["speedup"] == pytest.approx(tau * 0.010 / (0.001 * 1.2 + e_verify))
+
+
+def test_geometric_mean_interval():
+    g, lo, hi = geometric_mean_ci([2.0, 0.5, 1.0, 1.0])
+    assert g == pytest.approx(1.0) and lo < 1 < hi
+    g, lo, hi = geometric_mean_ci([1.1] * 5)
+    assert g == pytest.approx(1.1) and lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+
+
+def test_profile_command(capsys):
+    code = main(["profile", "--max-tokens", "4", "--context", "64", "--repeats", "2", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert [r["tokens"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["ms"] > 0 for r in rows) and rows[0]["ceiling_speedup"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["bench", "--per-category", "0"], "per-category"),
+        (["bench", "--categories", "poetry", "--peers", "none"], "unknown categories"),
+        (["bench", "--peer", "vllm"], "unknown peer"),
+        (["bench", "--dataset", "/no/such.jsonl"], "dataset"),
+        (["bench", "--k", "0", "--peers", "none"], "num_speculative_tokens"),
+    ],
+)
+def test_bench_bad_input(argv, fragment, capsys, tmp_path):
+    with pytest.raises(SystemExit) if fragment == "per-category" else _nullcontext():
+        code = main([*argv, "--output", str(tmp_path / "x")])
+        assert code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
