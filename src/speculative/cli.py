@@ -225,6 +225,25 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    try:
+        from .server import run_server
+    except ImportError as e:  # pragma: no cover - fastapi/uvicorn are dependencies
+        raise SpeculativeError(f"the server needs fastapi and uvicorn: {e}") from None
+    if not 1 <= args.port <= 65535:
+        raise SpeculativeError(f"--port must be in 1..65535, got {args.port}")
+    if args.parallel < 1:
+        raise SpeculativeError(f"--parallel must be >= 1, got {args.parallel}")
+    gen = _load_generator(args, max_sequences=args.parallel)
+    name = args.served_model_name or gen.target.model_id
+    print(f"serving {name} ({gen.drafter.description}) on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    try:
+        run_server(gen, name, args.host, args.port, log_level=args.log_level)
+    finally:
+        gen.close()
+    return 0
+
+
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
 
@@ -248,6 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="use the prompt as raw text")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
     g.set_defaults(func=cmd_generate)
+
+    sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server with speculative decoding")
+    _add_model_options(sv)
+    _add_sampling_options(sv)
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--parallel", type=int, default=4, help="requests decoded at once, batched (default 4)")
+    sv.add_argument("--served-model-name", default=None, help="the model id clients send (default: the target's name)")
+    sv.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    sv.set_defaults(func=cmd_serve, chat=None)
 
     d = sub.add_parser("doctor", help="check the environment: llama.cpp numerics, model packages, versions")
     d.add_argument("--quick", action="store_true", help="skip loading the models")

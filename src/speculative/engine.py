@@ -1,18 +1,23 @@
-"""The decoding loop: one loop for every backend and drafter.
+"""The decoding loop: one loop for every backend and drafter, one request or many.
 
 Each step (Leviathan et al. 2023, algorithm 1):
   1. the drafter proposes m <= k tokens after the committed context;
   2. the target scores the last committed token and the m draft tokens in one
-     forward pass (m+1 rows of logits);
+     forward pass (m+1 rows of logits), several requests sharing the pass;
   3. verification accepts a prefix of the draft and draws one more token (the
      residual sample, or the bonus token when all m are accepted);
   4. the target's cache is rolled back to the accepted prefix (the drafter syncs
      its own cache on its next proposal).
 
 Invariant: the target's cache holds every committed token but the last, which
-the next verification pass feeds. Output ends right after the first
-end-of-generation token and never exceeds ``max_new_tokens``, however many
-tokens a step accepts.
+the next verification pass feeds. Emitted tokens go through one check each, in
+order, so output ends right after the first end-of-generation token or stop
+string and never exceeds ``max_new_tokens``, however many tokens a step accepts.
+
+:class:`DecodeRequest` holds one generation's state; :class:`SpeculativeGenerator`
+drives one request at a time; :mod:`speculative.server.scheduler` drives many
+through the same three calls (:meth:`DecodeRequest.propose`,
+:meth:`DecodeRequest.verify_request`, :meth:`DecodeRequest.commit`).
 """
 
 from __future__ import annotations
@@ -36,16 +41,26 @@ Prompt = str | Sequence[int] | Sequence[dict]
 
 
 @dataclass
+class TokenLogprob:
+    """An emitted token's log-probability under the target's processed distribution, and the top alternatives."""
+
+    token: int
+    logprob: float
+    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
 class GenerationResult:
     """What one generation produced.
 
     Attributes:
-        text: the generated text (end-of-generation tokens not rendered).
-        token_ids: the generated token ids only (an ending EOS included).
-        finish_reason: "stop" (an end-of-generation token) or "length" (max_new_tokens
+        text: the generated text (end-of-generation tokens not rendered; cut before a stop string).
+        token_ids: the generated token ids only (an ending EOS, or the token completing a stop string, included).
+        finish_reason: "stop" (end-of-generation token or stop string) or "length" (max_new_tokens
             or the context window).
         stats: :class:`~speculative.stats.GenerationStats`.
         prompt_token_ids: the prompt as the target saw it.
+        logprobs: one :class:`TokenLogprob` per token id, when asked for.
     """
 
     text: str
@@ -53,6 +68,7 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     prompt_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -101,46 +117,281 @@ class TextStream:
         return delta
 
 
+class OutputText:
+    """The output's text with stop strings: what is final, and what may be streamed yet.
+
+    ``streamable()`` withholds a tail that could still begin a stop string, so
+    every streamed prefix is a prefix of the final text.
+    """
+
+    def __init__(self, backend: Backend, stops: Sequence[str] = ()):
+        self.stream = TextStream(backend)
+        self.stops = tuple(stops)
+        self._max_stop = max((len(s) for s in self.stops), default=0)
+        self._checked = 0
+        self.final: str | None = None
+
+    def push(self, token: int, render: bool = True) -> bool:
+        """Add one token; True when a stop string is now complete."""
+        if render:
+            self.stream.push([token])
+        text = self.stream.text
+        if self.stops and len(text) > self._checked:
+            start = max(0, self._checked - self._max_stop + 1)
+            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+            self._checked = len(text)
+            if hits:
+                self.final = text[: min(hits)]
+                return True
+        return False
+
+    def streamable(self) -> str:
+        if self.final is not None:
+            return self.final
+        text = self.stream.text
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(text)), hold, -1):
+                if text.endswith(s[:n]):
+                    hold = n
+                    break
+        return text[: len(text) - hold]
+
+    def finish(self) -> str:
+        if self.final is None:
+            self.stream.flush()
+            self.final = self.stream.text
+        return self.final
+
+
+class DecodeRequest:
+    """The state of one generation, advanced by prefill, then propose / verify / commit steps.
+
+    Args:
+        gen: the generator (target, drafter, cost model).
+        prompt_ids: the prompt's token ids.
+        cfg: a validated :class:`GenerationConfig`.
+    """
+
+    def __init__(self, gen: SpeculativeGenerator, prompt_ids: Sequence[int], cfg: GenerationConfig):
+        self.gen = gen
+        self.target = gen.target
+        self.drafter = gen.drafter if cfg.speculative else NoDrafter()
+        self.cfg = cfg
+        self.prompt_ids = list(prompt_ids)
+        self.sampler = gen.make_sampler(cfg, len(self.prompt_ids))
+        self.rng = np.random.default_rng(cfg.sampling.seed)
+        self.k = cfg.num_speculative_tokens
+        self.eos = self.target.eos_token_ids if cfg.stop_at_eos else frozenset()
+        self.stats = GenerationStats(num_speculative_tokens=self.k, prompt_tokens=len(self.prompt_ids))
+        self.out: list[int] = []
+        self.logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
+        self.text = OutputText(self.target, cfg.stop)
+        self.context: list[int] = []
+        self.finish_reason: str | None = None
+        self.seq: int | None = None
+        self.dstate = None
+        plain = isinstance(self.drafter, NoDrafter)
+        self.cost: CostModel | None = gen.cost_model if (cfg.draft_policy == "adaptive" and not plain) else None
+        self.draft_cost_per_token = 0.0  # seconds, running mean of the drafter's cost
+        self._t0 = 0.0
+        self._proposal: DraftProposal | None = None
+        self._draft: list[int] = []
+        self._t_verify = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    # ---- prefill --------------------------------------------------------------------
+
+    def prefill(self) -> list[int]:
+        """Take a sequence (reusing a cached prefix), run the prompt, emit the first token."""
+        perf = time.perf_counter
+        self._t0 = t0 = perf()
+        target = self.target
+        self.seq = target.allocate_sequence(self.prompt_ids)
+        kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
+        logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
+        self.dstate = self.drafter.start(self.prompt_ids)
+        self.context = list(self.prompt_ids)
+        rows = logits[-1:]
+        if self.sampler.uses_history:
+            rows = self.sampler.adjust(rows, self.context, ())
+        first, _ = self.sampler.sample(rows[0], self.rng)
+        self.stats.steps = 1
+        self.stats.prefill_time_s = perf() - t0
+        new = self._emit([first], rows)
+        self.stats.wall_time_s = perf() - t0
+        return new
+
+    # ---- one step -------------------------------------------------------------------
+
+    def budget(self) -> int:
+        """Most draft tokens this step may verify (k, the tokens left, the context window)."""
+        room = self.target.n_ctx - len(self.context)
+        return max(0, min(self.k, self.cfg.max_new_tokens - len(self.out) - 1, room))
+
+    def rate(self) -> float:
+        """Long-run tokens/s this request achieves (at least plain decoding's 1/T(1))."""
+        t1 = self.cost.time(1)
+        decode_s = self.stats.wall_time_s - self.stats.prefill_time_s
+        return max(1.0 / t1, (len(self.out) - 1) / decode_s if decode_s > 0 else 0.0)
+
+    def propose(self) -> DraftProposal:
+        """Ask the drafter for this step's draft (up to :meth:`budget` tokens)."""
+        if self.target.n_ctx - len(self.context) < 0:
+            self._finish("length")  # the context window is full
+            return DraftProposal()
+        m_max = self.budget()
+        td = time.perf_counter()
+        min_conf = 0.0
+        if self.cost is not None:
+            t1 = self.cost.time(1)
+            min_conf = self.rate() * ((self.cost.time(self.k + 1) - t1) / self.k + self.draft_cost_per_token)
+        if m_max > 0:
+            p = self.drafter.propose(self.dstate, self.context, m_max, self.sampler, self.rng, min_confidence=min_conf)
+        else:
+            p = DraftProposal()
+        dt = time.perf_counter() - td
+        self.stats.draft_time_s += dt
+        if p.tokens:
+            self.draft_cost_per_token += 0.1 * (dt / min(len(p.tokens), m_max) - self.draft_cost_per_token)
+        p.tokens = [int(t) for t in p.tokens[:m_max]]
+        self._proposal = p
+        return p
+
+    def choose_length(self, proposal: DraftProposal, cost: CostModel | None = None, rate: float | None = None) -> int:
+        """Draft tokens worth verifying alone (the adaptive policy), or all of them (fixed)."""
+        cost = cost or self.cost
+        if cost is None or proposal.confidence is None or not proposal.tokens:
+            return len(proposal.tokens)
+        return choose_draft_length(proposal.confidence[: len(proposal.tokens)], cost, rate or self.rate())
+
+    def verify_request(self, n_draft: int) -> ForwardRequest:
+        """The target forward of this step: the last committed token and ``n_draft`` draft tokens."""
+        self._draft = self._proposal.tokens[:n_draft] if self._proposal is not None else []
+        self._t_verify = time.perf_counter()
+        return ForwardRequest(self.seq, [self.context[-1]] + self._draft, logits="all")
+
+    def commit(self, logits: np.ndarray, forward_s: float | None = None) -> list[int]:
+        """Verify the draft against the target's ``[m+1, V]`` logits, roll back, emit tokens."""
+        draft, proposal, sampler = self._draft, self._proposal, self.sampler
+        if self.cost is not None and forward_s is not None:
+            self.cost.update(len(draft) + 1, forward_s)
+        if sampler.uses_history:
+            logits = sampler.adjust(logits, self.context, draft)
+        if sampler.greedy:
+            res = verify_greedy(sampler.argmax(logits), draft)
+        else:
+            q = proposal.probs[: len(draft)] if proposal is not None and proposal.probs is not None else None
+            res = rejection_sample(lambda i: sampler.probs(logits[i]), draft, q, self.rng)
+        self.target.truncate(self.seq, len(self.context) + res.num_accepted)
+        self.stats.record_step(len(draft), res.num_accepted)
+        new = self._emit(draft[: res.num_accepted] + [res.next_token], logits)
+        now = time.perf_counter()
+        self.stats.verify_time_s += now - self._t_verify
+        self.stats.wall_time_s = now - self._t0
+        return new
+
+    # ---- emission and the end -----------------------------------------------------------
+
+    def _emit(self, tokens: Sequence[int], rows: np.ndarray) -> list[int]:
+        """Commit tokens one by one, stopping at EOS, a stop string or max_new_tokens."""
+        new: list[int] = []
+        for j, t in enumerate(tokens):
+            t = int(t)
+            new.append(t)
+            self.out.append(t)
+            self.context.append(t)
+            if self.logprobs is not None:
+                self.logprobs.append(self._logprob(rows[j], t))
+            is_eos = t in self.eos
+            if is_eos:
+                self.text.push(t, render=False)
+                self._finish("stop")
+                break
+            if self.text.push(t):
+                self._finish("stop")
+                break
+            if len(self.out) >= self.cfg.max_new_tokens:
+                self._finish("length")
+                break
+        self.stats.new_tokens = len(self.out)
+        return new
+
+    def _logprob(self, row: np.ndarray, token: int) -> TokenLogprob:
+        lp = self.sampler.logprobs(row)
+        n = self.cfg.logprobs or 0
+        top: list[tuple[int, float]] = []
+        if n:
+            idx = np.argpartition(-lp, n - 1)[:n] if n < lp.shape[0] else np.arange(lp.shape[0])
+            idx = idx[np.lexsort((idx, -lp[idx]))]
+            top = [(int(i), float(lp[i])) for i in idx]
+        return TokenLogprob(token, float(lp[token]), top)
+
+    def _finish(self, reason: str) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+
+    def release(self) -> None:
+        """Free the sequence (its cache stays for prefix reuse) and the drafter state."""
+        self.stats.wall_time_s = time.perf_counter() - self._t0
+        if self.dstate is not None:
+            self.drafter.finish(self.dstate)
+            self.dstate = None
+        if self.seq is not None:
+            self.target.release_sequence(self.seq)
+            self.seq = None
+        if self.finish_reason is None:
+            self.finish_reason = "length"
+
+    def result(self) -> GenerationResult:
+        return GenerationResult(
+            text=self.text.finish(),
+            token_ids=list(self.out),
+            finish_reason=self.finish_reason or "length",
+            stats=self.stats,
+            prompt_token_ids=self.prompt_ids,
+            logprobs=self.logprobs,
+        )
+
+
 class Generation:
     """A running generation. Iterate it for text pieces, or :meth:`blocks` for the
     token ids each step emitted; ``result`` is set once it ends.
 
-    Closing it early (``close()``, or dropping it) frees the target's sequence.
+    Text pieces withhold what may still start a stop string or is an incomplete
+    UTF-8 character, so they concatenate to ``result.text``. Closing the
+    generation early (``close()``, or dropping it) frees the target's sequence.
     """
 
-    def __init__(self, steps: Iterator[list[int]], backend: Backend, holder: dict):
+    def __init__(self, steps: Iterator[list[int]], request: DecodeRequest):
         self._steps = steps
-        self._stream = TextStream(backend)
-        self._holder = holder
+        self._req = request
+        self._sent = 0
         self.result: GenerationResult | None = None
 
     def blocks(self) -> Iterator[list[int]]:
-        """Token ids emitted by each step (1..k+1 per step, cut at EOS / max_new_tokens)."""
-        for new in self._steps:
-            self._stream.push(new)
-            yield new
-        self._finish()
+        """Token ids emitted by each step (1..k+1 per step, cut at EOS / stop / max_new_tokens)."""
+        yield from self._steps
+        self.result = self._req.result()
 
     def __iter__(self) -> Iterator[str]:
-        for new in self._steps:
-            piece = self._stream.push(new)
+        for _ in self._steps:
+            piece = self._next_piece()
             if piece:
                 yield piece
-        tail = self._finish()
+        self.result = self._req.result()
+        tail = self.result.text[self._sent :]
         if tail:
             yield tail
 
-    def _finish(self) -> str:
-        tail = self._stream.flush()
-        h = self._holder
-        self.result = GenerationResult(
-            text=self._stream.text,
-            token_ids=h["out"],
-            finish_reason=h["finish_reason"],
-            stats=h["stats"],
-            prompt_token_ids=h["prompt"],
-        )
-        return tail
+    def _next_piece(self) -> str:
+        text = self._req.text.streamable()
+        piece = text[self._sent :]
+        self._sent = len(text)
+        return piece
 
     def close(self) -> None:
         self._steps.close()
@@ -153,6 +404,7 @@ class SpeculativeGenerator:
         target: the target model's backend.
         drafter: a :class:`~speculative.drafters.base.Drafter`; None means plain decoding.
         config: default :class:`~speculative.config.GenerationConfig`; per-call overrides allowed.
+        cost_model: the target's verification cost; measured (once per machine, cached) when needed.
 
     Example::
 
@@ -239,16 +491,20 @@ class SpeculativeGenerator:
             raise ConfigError("the prompt is empty")
         if isinstance(items[0], dict):
             return t.apply_chat_template(items)
-        return [int(x) for x in items]
+        ids = [int(x) for x in items]
+        if any(i < 0 or i >= t.vocab_size for i in ids):
+            raise ConfigError(f"prompt token ids must be in [0, {t.vocab_size})")
+        return ids
 
     # ---- generation ---------------------------------------------------------------
 
     def generate(self, prompt: Prompt, *, chat: bool | None = None, **overrides) -> GenerationResult:
-        """Generate to the end; ``overrides`` are :class:`GenerationConfig` fields
-        (``max_new_tokens``, ``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``).
+        """Generate to the end; ``overrides`` are :class:`GenerationConfig` or :class:`SamplingParams`
+        fields (``max_new_tokens``, ``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``,
+        ``seed``, ``stop``, ``logprobs``, penalties, ...).
         """
         g = self.stream(prompt, chat=chat, **overrides)
-        for _ in g:
+        for _ in g.blocks():
             pass
         assert g.result is not None
         return g.result
@@ -258,113 +514,34 @@ class SpeculativeGenerator:
 
         Validation errors are raised here, before the first piece.
         """
+        req = self.new_request(prompt, chat=chat, **overrides)
+        return Generation(self._steps(req), req)
+
+    def new_request(self, prompt: Prompt, *, chat: bool | None = None, **overrides) -> DecodeRequest:
+        """A validated :class:`DecodeRequest` (not started)."""
         cfg = self.config.with_(**overrides).validate() if overrides else self.config
         ids = self.encode_prompt(prompt, chat)
         self.target.check_prompt_fits(len(ids))
-        holder: dict = {"prompt": ids}
-        return Generation(self._steps(ids, cfg, holder), self.target, holder)
+        if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= self.target.vocab_size:
+            raise ConfigError(f"logit_bias token ids must be < {self.target.vocab_size}")
+        return DecodeRequest(self, ids, cfg)
 
-    def make_sampler(self, cfg: GenerationConfig) -> Sampler:
-        return Sampler(cfg.sampling)
+    def make_sampler(self, cfg: GenerationConfig, prompt_len: int = 0) -> Sampler:
+        return Sampler(cfg.sampling, prompt_len)
 
-    def _steps(self, prompt_ids: list[int], cfg: GenerationConfig, holder: dict) -> Iterator[list[int]]:
-        target, drafter = self.target, self.drafter
-        sampler = self.make_sampler(cfg)
-        rng = np.random.default_rng(cfg.sampling.seed)
-        k = cfg.num_speculative_tokens
-        eos = target.eos_token_ids if cfg.stop_at_eos else frozenset()
-        max_new = cfg.max_new_tokens
-        stats = GenerationStats(num_speculative_tokens=k, prompt_tokens=len(prompt_ids))
-        out: list[int] = []
-        holder.update(out=out, stats=stats, finish_reason="length")
-        perf = time.perf_counter
-        plain = isinstance(drafter, NoDrafter)
-        cost = self.cost_model if (cfg.draft_policy == "adaptive" and not plain) else None
-        draft_cost_per_token = 0.0  # seconds, running mean of the drafter's cost
-
-        t0 = perf()
-        seq = target.allocate_sequence(prompt_ids)
-        dstate = None
+    def _steps(self, req: DecodeRequest) -> Iterator[list[int]]:
         try:
-            kept = target.reuse_prefix(seq, prompt_ids, keep_last=1)
-            logits = target.forward([ForwardRequest(seq, prompt_ids[kept:], logits="last")])[0].logits
-            dstate = drafter.start(prompt_ids)
-            context = list(prompt_ids)
-            row = sampler.adjust(logits[-1:], context, ())[0] if sampler.uses_history else logits[-1]
-            first, _ = sampler.sample(row, rng)
-            stats.steps = 1
-            stats.prefill_time_s = perf() - t0
-            context.append(first)
-            out.append(first)
-            stats.new_tokens = 1
-            stats.wall_time_s = perf() - t0
-            done = first in eos or len(out) >= max_new
-            if first in eos:
-                holder["finish_reason"] = "stop"
-            yield [first]
-
-            while not done:
-                room = target.n_ctx - len(context)  # draft tokens that still fit after the last committed one
-                if room < 0:
-                    break  # context window full: finish_reason "length"
-                m_max = min(k, max_new - len(out) - 1, room)
-                rate = min_conf = 0.0
-                if cost is not None:
-                    # long-run tokens/s: at least plain decoding's; what a draft token must beat
-                    t1 = cost.time(1)
-                    decode_s = stats.wall_time_s - stats.prefill_time_s
-                    rate = max(1.0 / t1, (len(out) - 1) / decode_s if decode_s > 0 else 0.0)
-                    min_conf = rate * ((cost.time(k + 1) - t1) / k + draft_cost_per_token)
-                td = perf()
-                proposal = (
-                    drafter.propose(dstate, context, m_max, sampler, rng, min_confidence=min_conf)
-                    if m_max > 0
-                    else DraftProposal()
-                )
-                draft = [int(t) for t in proposal.tokens[:m_max]]
-                if cost is not None and proposal.confidence is not None and draft:
-                    draft = draft[: choose_draft_length(proposal.confidence[: len(draft)], cost, rate)]
-                tv = perf()
-                stats.draft_time_s += tv - td
-                if proposal.tokens:
-                    n_prop = min(len(proposal.tokens), m_max)
-                    draft_cost_per_token += 0.1 * ((tv - td) / n_prop - draft_cost_per_token)
-
-                logits = target.forward([ForwardRequest(seq, [context[-1]] + draft, logits="all")])[0].logits
-                if cost is not None:
-                    cost.update(len(draft) + 1, perf() - tv)
-                if sampler.uses_history:
-                    logits = sampler.adjust(logits, context, draft)
-                if sampler.greedy:
-                    res = verify_greedy(sampler.argmax(logits), draft)
-                else:
-                    q = proposal.probs[: len(draft)] if proposal.probs is not None else None
-                    res = rejection_sample(lambda i: sampler.probs(logits[i]), draft, q, rng)
-                target.truncate(seq, len(context) + res.num_accepted)
-                stats.record_step(len(draft), res.num_accepted)
-
-                new: list[int] = []
-                for t in draft[: res.num_accepted] + [res.next_token]:
-                    new.append(t)
-                    if t in eos:
-                        holder["finish_reason"] = "stop"
-                        done = True
-                        break
-                    if len(out) + len(new) >= max_new:
-                        done = True
-                        break
-                context.extend(new)
-                out.extend(new)
-                now = perf()
-                stats.verify_time_s += now - tv
-                stats.new_tokens = len(out)
-                stats.wall_time_s = now - t0
-                yield new
+            yield req.prefill()
+            while not req.done:
+                proposal = req.propose()
+                if req.done:
+                    break
+                fwd = req.verify_request(req.choose_length(proposal))
+                t = time.perf_counter()
+                logits = self.target.forward([fwd])[0].logits
+                yield req.commit(logits, time.perf_counter() - t)
         finally:
-            stats.wall_time_s = perf() - t0
-            if dstate is not None:
-                drafter.finish(dstate)
-            target.release_sequence(seq)
+            req.release()
 
     def reset_caches(self) -> None:
         """Empty every KV cache of target and drafter (no prefix reuse into the next generation)."""

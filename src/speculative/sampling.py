@@ -55,8 +55,8 @@ def process_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Processed distribution of one row of logits for a sampled (temperature > 0) step.
 
     Args:
-        logits: float ``[V]``.
-        params: temperature (> 0), top_k, top_p.
+        logits: float ``[V]`` (after logit bias and penalties).
+        params: temperature (> 0), top_k, top_p, min_p.
 
     Returns:
         float64 ``[V]``, sums to 1, zero outside the kept set.
@@ -75,6 +75,9 @@ def process_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         out = np.zeros_like(probs)
         out[keep] = probs[keep]
         probs = out / out.sum()
+    if params.min_p > 0.0:
+        probs = np.where(probs >= params.min_p * probs.max(), probs, 0.0)
+        probs /= probs.sum()
     return probs
 
 
@@ -95,28 +98,67 @@ def sample_from(probs: np.ndarray, rng: np.random.Generator) -> int:
 class Sampler:
     """Turns raw logits into the distribution sampled from, for one request.
 
-    History-dependent processing (penalties, logit bias) hooks in through
+    History-dependent processing (logit bias, penalties) happens in
     :meth:`adjust`: row ``i`` of a verification block is adjusted with the
-    history ``prefix + draft[:i]``, exactly as token-by-token decoding would.
-    The base sampler has no history-dependent processing.
+    history ``history + draft[:i]``, exactly as token-by-token decoding would.
+
+    Args:
+        params: the request's :class:`SamplingParams`.
+        prompt_len: tokens of the history that are the prompt (frequency and
+            presence penalties count output tokens only).
     """
 
-    #: True when :meth:`adjust` depends on the history (penalties); callers skip it otherwise.
-    uses_history: bool = False
-
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, prompt_len: int = 0):
         self.params = params.validate()
+        self.prompt_len = prompt_len
+        #: True when :meth:`adjust` changes logits; callers skip it otherwise.
+        self.uses_history = params.uses_history
+        if params.logit_bias:
+            self._bias_ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64)
+            self._bias_vals = np.fromiter(params.logit_bias.values(), dtype=np.float32)
+        else:
+            self._bias_ids = None
 
     @property
     def greedy(self) -> bool:
         return self.params.greedy
 
     def adjust(self, logits: np.ndarray, history: Sequence[int], draft: Sequence[int]) -> np.ndarray:
-        """Logits ``[n, V]`` after history-dependent processing; row i sees ``history + draft[:i]``.
+        """Logits ``[n, V]`` after logit bias and penalties; row i sees ``history + draft[:i]``.
 
-        The base sampler has none and returns ``logits`` unchanged.
+        Returns a new float32 array (the input, often backend memory, is not modified),
+        or ``logits`` itself when there is nothing to apply.
         """
-        return logits
+        if not self.uses_history:
+            return logits
+        p = self.params
+        out = np.array(logits, dtype=np.float32, copy=True)
+        v = out.shape[-1]
+        counts: dict[int, int] = {}
+        for t in history[self.prompt_len :]:
+            counts[t] = counts.get(t, 0) + 1
+        seen = set(history) if p.repetition_penalty != 1.0 else None
+        for i in range(out.shape[0]):
+            if i > 0:
+                t = int(draft[i - 1])
+                counts[t] = counts.get(t, 0) + 1
+                if seen is not None:
+                    seen.add(t)
+            row = out[i]
+            if self._bias_ids is not None:
+                ok = self._bias_ids < v
+                row[self._bias_ids[ok]] += self._bias_vals[ok]
+            if seen:
+                ids = np.fromiter(seen, dtype=np.int64, count=len(seen))
+                ids = ids[ids < v]
+                vals = row[ids]
+                row[ids] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+            if counts and (p.frequency_penalty or p.presence_penalty):
+                ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+                c = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+                keep = ids < v
+                row[ids[keep]] -= p.frequency_penalty * c[keep] + p.presence_penalty
+        return out
 
     def argmax(self, logits: np.ndarray) -> np.ndarray:
         """Greedy choices of adjusted logits ``[n, V]`` -> int64 ``[n]`` (ties: lowest id)."""
@@ -132,3 +174,16 @@ class Sampler:
             return int(np.argmax(logits_row)), None
         p = self.probs(logits_row)
         return sample_from(p, rng), p
+
+    def logprobs(self, logits_row: np.ndarray) -> np.ndarray:
+        """Log-probabilities that OpenAI's ``logprobs`` report for an adjusted row.
+
+        Sampling: the log of the processed distribution (-inf outside the kept set).
+        Greedy: log-softmax of the adjusted logits (temperature 1, no truncation).
+        """
+        if self.greedy:
+            x = np.asarray(logits_row, dtype=np.float64)
+            m = x.max()
+            return x - m - np.log(np.exp(x - m).sum())
+        with np.errstate(divide="ignore"):
+            return np.log(self.probs(logits_row))

@@ -1,0 +1,9 @@
+"""``speculative serve``: an OpenAI-compatible HTTP server with speculative decoding.
+
+:mod:`.protocol` (request bodies), :mod:`.scheduler` (continuous batching of
+speculative steps), :mod:`.metrics` (Prometheus), :mod:`.app` (FastAPI routes).
+"""
+
+from .app import ServerState, create_app, run_server
+
+__all__ = ["ServerState", "create_app", "run_server"]

@@ -1,0 +1,220 @@
+"""Continuous batching of speculative steps across requests.
+
+One thread owns the models. Each iteration it admits waiting requests (prefill,
+one prompt at a time), asks every running request's drafter for a draft, sizes
+the drafts for the whole batch, runs ONE target forward holding every request's
+last token and draft tokens (ragged: each request its own count), then verifies,
+rolls back and emits per request.
+
+Sizing (the batch form of the adaptive policy, :mod:`speculative.cost_model`):
+starting from no drafts, the draft token with the highest probability of being
+reached and accepted is added while that probability exceeds the time it adds
+to the batch's forward, T(n+1) - T(n), valued at the batch's plain decoding
+rate (running requests / T(running requests)). As the batch grows, the rate
+grows and the marginal cost stays, so speculation steps back by itself, as
+vLLM's spec-decode does by disabling speculation above a batch size.
+Requests with the "fixed" policy verify their whole draft.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engine import DecodeRequest, SpeculativeGenerator
+from ..stats import GenerationStats
+
+Event = tuple[str, object]
+
+
+@dataclass
+class Job:
+    """A request handed to the scheduler; ``on_event`` is called from the scheduler thread with
+    ("tokens", [ids]), ("done", GenerationResult) or ("error", exception)."""
+
+    request: DecodeRequest
+    on_event: Callable[[str, object], None]
+    cancelled: bool = False
+    submitted_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+
+
+class Scheduler:
+    """Runs speculative decoding for many concurrent requests on one generator.
+
+    Args:
+        generator: target, drafter and cost model; its backend's ``max_sequences`` bounds the batch.
+        metrics: optional :class:`~speculative.server.metrics.Metrics`.
+    """
+
+    def __init__(self, generator: SpeculativeGenerator, metrics=None):
+        self.gen = generator
+        self.target = generator.target
+        self.metrics = metrics
+        self.max_running = self.target.max_sequences
+        self._waiting: deque[Job] = deque()
+        self._running: list[Job] = []
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="speculative-scheduler", daemon=True)
+        self.totals = GenerationStats()
+        self._thread.start()
+
+    # ---- API (any thread) ---------------------------------------------------------------
+
+    def submit(self, job: Job) -> Job:
+        with self._cv:
+            self._waiting.append(job)
+            self._cv.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Stop a request at the next step boundary and free its sequence."""
+        with self._cv:
+            job.cancelled = True
+            self._cv.notify()
+
+    def load(self) -> tuple[int, int]:
+        with self._cv:
+            return len(self._running), len(self._waiting)
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    # ---- the loop (scheduler thread) --------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._waiting and not self._running:
+                    self._cv.wait(timeout=1.0)
+                if self._stop:
+                    break
+                admitted = []
+                while self._waiting and len(self._running) + len(admitted) < self.max_running:
+                    admitted.append(self._waiting.popleft())
+                if self.metrics:
+                    self.metrics.set_load(len(self._running) + len(admitted), len(self._waiting))
+            for job in admitted:
+                if job.cancelled:
+                    self._end(job, cancelled=True)
+                    continue
+                try:
+                    new = job.request.prefill()
+                except Exception as e:  # a failure of one request must not stop the server
+                    self._fail(job, e)
+                    continue
+                job.first_token_at = time.perf_counter()
+                job.on_event("tokens", new)
+                if job.request.done:
+                    self._end(job)
+                else:
+                    self._running.append(job)
+            self._drop_cancelled()
+            if self._running:
+                try:
+                    self._step()
+                except Exception as e:  # pragma: no cover - a backend failure ends the batch's requests
+                    for job in list(self._running):
+                        self._fail(job, e)
+            if self.metrics:
+                with self._cv:
+                    self.metrics.set_load(len(self._running), len(self._waiting))
+        for job in self._running + list(self._waiting):
+            self._end(job, cancelled=True)
+
+    def _drop_cancelled(self) -> None:
+        with self._cv:
+            cancelled = [j for j in self._running if j.cancelled]
+        for job in cancelled:
+            self._running.remove(job)
+            self._end(job, cancelled=True)
+
+    def _step(self) -> None:
+        jobs = list(self._running)
+        reqs = [j.request for j in jobs]
+        proposals = [r.propose() for r in reqs]
+        live = [(j, r, p) for j, r, p in zip(jobs, reqs, proposals) if not r.done]
+        for j, r in zip(jobs, reqs):
+            if r.done:
+                self._running.remove(j)
+                self._end(j)
+        if not live:
+            return
+        lengths = self._size_drafts([r for _, r, _ in live], [p for _, _, p in live])
+        fwds = [r.verify_request(m) for (_, r, _), m in zip(live, lengths)]
+        t = time.perf_counter()
+        outs = self.target.forward(fwds)
+        dt = time.perf_counter() - t
+        total = sum(len(f.tokens) for f in fwds)
+        self.gen.cost_model.update(total, dt)
+        emitted = 0
+        for (job, req, _), out in zip(live, outs):
+            new = req.commit(out.logits)
+            emitted += len(new)
+            job.on_event("tokens", new)
+            if req.done:
+                self._running.remove(job)
+                self._end(job)
+        if self.metrics:
+            self.metrics.observe_step(len(live), total, emitted, dt)
+
+    def _size_drafts(self, reqs: list[DecodeRequest], proposals) -> list[int]:
+        lengths = [0] * len(reqs)
+        heap = []  # (-probability of reaching and accepting the next token, request index)
+        cum = [1.0] * len(reqs)
+        for i, (r, p) in enumerate(zip(reqs, proposals)):
+            if not p.tokens:
+                continue
+            if r.cost is None or p.confidence is None:
+                lengths[i] = len(p.tokens)  # fixed policy: verify everything proposed
+                continue
+            cum[i] = max(0.0, min(1.0, p.confidence[0]))
+            heapq.heappush(heap, (-cum[i], i))
+        if not heap:
+            return lengths
+        cost = self.gen.cost_model
+        n = len(reqs)
+        total = n + sum(lengths)
+        rate = n / cost.time(n)  # tokens/s of plain batched decoding
+        while heap:
+            neg, i = heapq.heappop(heap)
+            gain = -neg
+            if gain <= rate * (cost.time(total + 1) - cost.time(total)):
+                break
+            lengths[i] += 1
+            total += 1
+            conf = proposals[i].confidence
+            if lengths[i] < len(proposals[i].tokens):
+                cum[i] *= max(0.0, min(1.0, conf[lengths[i]]))
+                heapq.heappush(heap, (-cum[i], i))
+        return lengths
+
+    def _end(self, job: Job, cancelled: bool = False) -> None:
+        req = job.request
+        req.release()
+        if cancelled:
+            job.on_event("error", RuntimeError("cancelled"))
+            if self.metrics:
+                self.metrics.observe_request(req, "cancelled", job)
+            return
+        res = req.result()
+        self.totals.merge(res.stats)
+        if self.metrics:
+            self.metrics.observe_request(req, res.finish_reason, job)
+        job.on_event("done", res)
+
+    def _fail(self, job: Job, exc: Exception) -> None:
+        try:
+            job.request.release()
+        finally:
+            if job in self._running:
+                self._running.remove(job)
+            job.on_event("error", exc)
