@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import SpeculativeError
@@ -200,6 +201,25 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_server(args) -> int:
+    from .bench.serve import ServeBenchConfig, default_serve_output, run_serve_bench
+
+    cfg = ServeBenchConfig(
+        target=args.target, drafter=args.drafter or "ngram", backend=args.backend, concurrency=tuple(args.concurrency),
+        requests=args.requests, max_tokens=args.max_tokens, dataset=args.dataset,
+        categories=tuple(args.categories) if args.categories else None, n_ctx=args.ctx_size, threads=args.threads,
+        k=args.k,
+    )
+    from .drafters import parse_drafter_spec
+
+    parse_drafter_spec(cfg.drafter)
+    out = Path(args.output) if args.output else default_serve_output(cfg)
+    res = run_serve_bench(cfg, out, progress=not args.no_progress)
+    print((out / "serve.md").read_text())
+    print(f"results: {out}/serve.json, serve.md")
+    return 0 if res["greedy_outputs_equal"] else 1
+
+
 def cmd_profile(args) -> int:
     from .backends import load_backend
     from .cost_model import measure_verify_cost
@@ -306,6 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fresh", action="store_true", help="discard earlier results in the output folder instead of resuming")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    bs = sub.add_parser("bench-server", help="total throughput of the server under concurrent clients, speculation on and off")
+    _add_model_options(bs)
+    bs.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8], help="concurrent clients to measure (default 1,2,4,8)")
+    bs.add_argument("--requests", type=int, default=8, help="requests per measurement (default 8)")
+    bs.add_argument("--max-tokens", type=int, default=128)
+    bs.add_argument("--k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS)
+    bs.add_argument("--dataset", default="spec-bench")
+    bs.add_argument("--categories", nargs="+", default=None)
+    bs.add_argument("--output", default=None)
+    bs.add_argument("--no-progress", action="store_true")
+    bs.set_defaults(func=cmd_bench_server)
 
     pr = sub.add_parser("profile", help="measure the target's verification cost T(n) and the speedup ceiling per k")
     _add_model_options(pr, drafter=False)

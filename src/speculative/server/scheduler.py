@@ -57,6 +57,7 @@ class Scheduler:
         self.metrics = metrics
         self.max_running = self.target.max_sequences
         self._waiting: deque[Job] = deque()
+        self._tasks: list[Callable[[], None]] = []
         self._running: list[Job] = []
         self._cv = threading.Condition()
         self._stop = False
@@ -78,6 +79,28 @@ class Scheduler:
             job.cancelled = True
             self._cv.notify()
 
+    def call(self, fn: Callable[[], object], timeout: float = 60.0) -> object:
+        """Run ``fn`` in the scheduler thread between steps (it owns the models) and return its result."""
+        done = threading.Event()
+        box: dict = {}
+
+        def task():
+            try:
+                box["value"] = fn()
+            except Exception as e:  # pragma: no cover - re-raised in the caller
+                box["error"] = e
+            finally:
+                done.set()
+
+        with self._cv:
+            self._tasks.append(task)
+            self._cv.notify()
+        if not done.wait(timeout):
+            raise TimeoutError("the scheduler did not run the task in time")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
     def load(self) -> tuple[int, int]:
         with self._cv:
             return len(self._running), len(self._waiting)
@@ -93,15 +116,18 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self._waiting and not self._running:
+                while not self._stop and not self._waiting and not self._running and not self._tasks:
                     self._cv.wait(timeout=1.0)
                 if self._stop:
                     break
+                tasks, self._tasks = self._tasks, []
                 admitted = []
                 while self._waiting and len(self._running) + len(admitted) < self.max_running:
                     admitted.append(self._waiting.popleft())
                 if self.metrics:
                     self.metrics.set_load(len(self._running) + len(admitted), len(self._waiting))
+            for task in tasks:
+                task()
             for job in admitted:
                 if job.cancelled:
                     self._end(job, cancelled=True)
