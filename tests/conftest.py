@@ -108,3 +108,35 @@ def assert_greedy_identical(backend, prompt_ids, plain, spec, *, exact: bool, la
     if ties is not None:
         ties.append((label, i, gap))
     print(f"[tie] {msg}; top-2 gap {gap:.2e}")
+
+
+class InProcessServer:
+    """The HTTP server on a free loopback port, in a thread (uvicorn), for tests."""
+
+    def __init__(self, generator, model_name: str):
+        import socket
+        import threading
+        import time
+
+        import uvicorn
+
+        from speculative.server import ServerState, create_app
+
+        self.state = ServerState(generator, model_name)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._srv = uvicorn.Server(uvicorn.Config(create_app(self.state), host="127.0.0.1", port=port, log_level="error"))
+        self._thread = threading.Thread(target=self._srv.run, daemon=True)
+        self._thread.start()
+        for _ in range(400):
+            if self._srv.started:
+                break
+            time.sleep(0.05)
+        assert self._srv.started, "the test server did not start"
+
+    def close(self) -> None:
+        self._srv.should_exit = True
+        self._thread.join(timeout=10)
+        self.state.close()

@@ -33,7 +33,7 @@ def test_smoke_run_schema_and_markdown(tmp_path, capsys):
     out = tmp_path / "b"
     code = main(["bench", *SMOKE, "--drafter", "ngram", "--drafter", "model:smollm2-135m-instruct,ctx=512",
                  "--peer", "llama-cpp-python", "--peer", "llama-cpp-python-lookup", "--peer", "transformers",
-                 "--output", str(out)])
+                 "--draft-policy", "fixed", "--output", str(out)])
     printed = capsys.readouterr().out
     assert code == 0
     res = json.loads((out / "results.json").read_text())
@@ -61,6 +61,24 @@ def test_smoke_run_schema_and_markdown(tmp_path, capsys):
     assert len(mt["turn_token_ids"]) == 2  # both MT-Bench turns
     assert (out / "speedup_by_category.png").stat().st_size > 1000
     assert (out / "acceptance_by_position.png").is_file()
+
+
+def test_endpoint_peer_timed_from_the_client(tmp_path):
+    from conftest import InProcessServer
+    from speculative.engine import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="ngram", n_ctx=2048)
+    srv = InProcessServer(gen, "smollm2-135m-instruct")
+    try:
+        out = tmp_path / "e"
+        code = main(["bench", *SMOKE, "--peers", "none", "--endpoint", srv.url, "--output", str(out)])
+        assert code == 0
+        res = json.loads((out / "results.json").read_text())
+        ep = next(m for m in res["methods"] if m["method"].startswith("endpoint"))
+        assert ep["kind"] == "peer" and ep["new_tokens"] > 0 and ep["greedy_match_fraction"] == 1.0
+    finally:
+        srv.close()
+        gen.close()
 
 
 def test_sweep_k_plot(tmp_path):

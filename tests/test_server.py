@@ -8,49 +8,29 @@ greedy), and every case is compared with the same request with speculation off.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import InProcessServer
 from speculative.engine import SpeculativeGenerator
-from speculative.server import ServerState, create_app
 
 MODEL = "smollm2-135m-instruct"
 SPEC = {"num_speculative_tokens": 8, "draft_policy": "fixed"}
 OFF = {"speculative": False}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     gen = SpeculativeGenerator.from_pretrained(MODEL, drafter=f"model:{MODEL}", n_ctx=2048, max_sequences=8)
-    state = ServerState(gen, MODEL)
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    yield url, state
-    srv.should_exit = True
-    th.join(timeout=10)
-    state.close()
+    srv = InProcessServer(gen, MODEL)
+    yield srv.url, srv.state
+    srv.close()
     gen.close()
 
 
@@ -105,6 +85,18 @@ def test_models_health_and_openai_client(server, client):
     assert r.usage.model_extra["draft_tokens"] > 0 and r.usage.model_extra["accepted_tokens"] > 0
     c = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
     assert c.choices[0].text and c.usage.prompt_tokens > 0
+
+
+def test_multi_turn_chat_reuses_the_prompt_prefix(server):
+    url, _ = server
+    msgs = [{"role": "user", "content": "Name a large animal that lives in the ocean."}]
+    first = post(url, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": 20, "temperature": 0}).json()
+    msgs += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "How big can it get?"}]
+    second = post(url, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": 20, "temperature": 0}).json()
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= first["usage"]["prompt_tokens"]  # the first turn's prompt was not recomputed
+    assert cached < second["usage"]["prompt_tokens"]
 
 
 def test_metrics_count_speculation(server):
@@ -358,8 +350,13 @@ def test_bad_requests_get_openai_errors(server, path, raw, status, fragment):
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.integers(-(10**12), 10**12),
                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-_values = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-                       max_leaves=6)
+
+
+def _containers(children):
+    return st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+
+
+_values = st.recursive(_scalars, _containers, max_leaves=6)
 _fields = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
            "stream", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "repetition_penalty",
            "logit_bias", "num_speculative_tokens", "speculative", "draft_policy", "stream_options", "echo"]

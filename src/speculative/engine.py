@@ -212,6 +212,7 @@ class DecodeRequest:
         target = self.target
         self.seq = target.allocate_sequence(self.prompt_ids)
         kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
+        self.stats.cached_prompt_tokens = kept
         logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
         self.dstate = self.drafter.start(self.prompt_ids)
         self.context = list(self.prompt_ids)

@@ -20,6 +20,9 @@ class GenerationStats:
       * ``position_proposed[i]`` / ``position_accepted[i]``: steps whose draft had
         an (i+1)-th token / accepted it; their ratio is per-position acceptance.
 
+    ``cached_prompt_tokens``: prompt tokens whose keys/values were reused from an
+    earlier request's cache (a shared prefix, e.g. the earlier turns of a chat).
+
     Times are wall-clock seconds. ``prefill_time_s`` covers the prompt's
     forward pass in target and drafter; ``draft_time_s`` the drafter's proposing;
     ``verify_time_s`` the target's verification passes and the acceptance test.
@@ -27,6 +30,7 @@ class GenerationStats:
 
     num_speculative_tokens: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     new_tokens: int = 0
     steps: int = 0
     draft_tokens: int = 0
@@ -67,7 +71,7 @@ class GenerationStats:
 
     def merge(self, other: GenerationStats) -> GenerationStats:
         """Add another generation's counters and times to this one (turns of a chat, a server's totals)."""
-        for name in ("prompt_tokens", "new_tokens", "steps", "draft_tokens", "accepted_tokens"):
+        for name in ("prompt_tokens", "cached_prompt_tokens", "new_tokens", "steps", "draft_tokens", "accepted_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("prefill_time_s", "draft_time_s", "verify_time_s", "wall_time_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))

@@ -30,9 +30,12 @@ class DraftModelState(DraftState):
     seq_id: int = 0
     offset: int = 0  # context[offset:] is what the draft cache mirrors (sliding window)
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
+    skip: int = 0  # proposals left to skip (back-off after unpromising drafts)
+    misses: int = 0  # consecutive proposals whose first token was not worth verifying
 
 
 _N_BINS = 10
+_MAX_BACKOFF = 16
 _MAX_POS_BUCKET = 3
 
 
@@ -116,8 +119,15 @@ class DraftModelDrafter(Drafter):
         return context[st.offset :]
 
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+        """Draft autoregressively until ``max_tokens`` or until the cumulative confidence falls below
+        ``min_confidence``. When even the first token keeps falling short, drafting backs off
+        exponentially (skips 1, 2, 4, ... up to 16 steps between probes), so a poorly matched
+        draft model costs little."""
         m = self.model
         state.scorer.score(context)
+        if state.skip > 0:
+            state.skip -= 1
+            return DraftProposal()
         cal = state.scorer.calibration
         max_tokens = min(max_tokens, m.n_ctx // 2)
         window = self._window(state, context, max_tokens)
@@ -147,6 +157,11 @@ class DraftModelDrafter(Drafter):
             cum *= c
             if cum < min_confidence:
                 break  # further tokens would not be verified
+        if min_confidence > 0 and conf and conf[0] < min_confidence:
+            state.misses += 1
+            state.skip = min(2 ** (state.misses - 1), _MAX_BACKOFF)
+        else:
+            state.misses = 0
         # the last draft token is not fed: if all are accepted, the next proposal feeds it
         state.scorer.record(len(context), tokens, buckets)
         return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf)

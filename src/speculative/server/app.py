@@ -279,6 +279,7 @@ class _Formatter:
             "prompt_tokens": len(res.prompt_token_ids),
             "completion_tokens": len(res.token_ids),
             "total_tokens": len(res.prompt_token_ids) + len(res.token_ids),
+            "prompt_tokens_details": {"cached_tokens": s.cached_prompt_tokens},
             "draft_tokens": s.draft_tokens,
             "accepted_tokens": s.accepted_tokens,
         }
