@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sampling import sample_from
+from .trees import children as _children
 
 
 @dataclass(frozen=True)
@@ -107,3 +108,95 @@ def rejection_sample(
             continue
         return VerifyResult(i, sample_from(residual_distribution(p, q, x), rng))
     return VerifyResult(m, sample_from(target_probs(m), rng))
+
+
+@dataclass(frozen=True)
+class TreeVerifyResult:
+    """Outcome of verifying a token tree.
+
+    Attributes:
+        path: accepted nodes, from a child of the root downwards (may be empty).
+        next_token: the token drawn at the last accepted node (residual sample,
+            or the bonus token when that node is a leaf). The step emits the
+            path's tokens and then ``next_token``.
+    """
+
+    path: list[int]
+    next_token: int
+
+
+def verify_tree_greedy(target_choice: Callable[[int], int], tokens: Sequence[int], parents: Sequence[int]) -> TreeVerifyResult:
+    """Greedy tree verification: follow the child equal to the target's argmax, as long as one exists.
+
+    Args:
+        target_choice: ``u -> argmax of the target at node u`` (u = -1: the root).
+        tokens, parents: the tree (see :mod:`speculative.trees`).
+    """
+    ch = _children(parents)
+    u, path = -1, []
+    while True:
+        g = int(target_choice(u))
+        nxt = next((c for c in ch[u] if int(tokens[c]) == g), None)
+        if nxt is None:
+            return TreeVerifyResult(path, g)
+        path.append(nxt)
+        u = nxt
+
+
+def tree_rejection_sample(
+    target_probs: Callable[[int], np.ndarray],
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    child_probs: Callable[[int], np.ndarray | None] | None,
+    rng: np.random.Generator,
+) -> TreeVerifyResult:
+    """Lossless multi-candidate verification of a token tree (recursive rejection sampling).
+
+    At each node the children are tried in order. Children drawn i.i.d. from a
+    draft distribution q (``child_probs(u)`` returns it) follow SpecInfer's
+    multi-step speculative sampling (Miao et al. 2024, algorithm 2): accept child
+    x with probability min(1, p(x)/q(x)), else replace p by norm(max(0, p - q)) and
+    try the next child. Deterministic, distinct candidates (top-k children, as in
+    Medusa and EAGLE; ``child_probs(u)`` returns None) are one-hot drafts: accept x
+    with probability p(x), else zero p(x) and renormalize (Chen et al. 2023's
+    recursive rejection for one-hot proposals). When no child is accepted one
+    token is drawn from what remains of p, so every step's output is distributed
+    exactly as the target's.
+
+    Args:
+        target_probs: ``u -> p_u`` (processed, float ``[V]``) at node u; -1 is the root.
+        tokens, parents: the tree.
+        child_probs: see above; None means every node's children are deterministic.
+        rng: the request's random generator.
+    """
+    ch = _children(parents)
+    u, path = -1, []
+    while True:
+        kids = ch[u]
+        p = np.array(target_probs(u), dtype=np.float64, copy=True)
+        q = child_probs(u) if (child_probs is not None and kids) else None
+        accepted = None
+        for c in kids:
+            x = int(tokens[c])
+            if q is None:
+                if rng.random() < p[x]:
+                    accepted = c
+                    break
+                p[x] = 0.0
+                s = p.sum()
+                if not s > 0:  # pragma: no cover - p was one-hot at x, so x was accepted
+                    break
+                p /= s
+            else:
+                q_x = float(q[x])
+                if q_x <= 0:
+                    raise ValueError(f"child token {x} has q = 0: the drafter did not sample it")
+                if rng.random() * q_x < p[x]:
+                    accepted = c
+                    break
+                p = residual_distribution(p, q, x)
+        if accepted is None:
+            return TreeVerifyResult(path, sample_from(p, rng))
+        path.append(accepted)
+        u = accepted
+
