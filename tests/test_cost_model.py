@@ -80,3 +80,18 @@ def test_shadow_scorer_counts_until_first_mismatch():
     sc.score([0, 1, 2, 7, 8, 5])  # second right, third wrong: resolved
     assert sc.calibration.counts[("p", 1)] == [1.0, 1.0] and sc.calibration.counts[("p", 2)] == [0.0, 1.0]
     assert sc.pending == []
+
+
+def test_choose_tree_nodes_by_path_probability():
+    from speculative.cost_model import choose_tree_nodes
+
+    cm = CostModel([1, 2, 3, 4, 5, 6], [0.010, 0.016, 0.021, 0.026, 0.031, 0.036])
+    rate = 1 / 0.010
+    parents = [-1, -1, 0, 0, 2]
+    conf = [0.9, 0.3, 0.9, 0.05, 0.9]  # values: 0.9, 0.3, 0.81, 0.045, 0.729
+    chosen = choose_tree_nodes(parents, conf, cm, rate)
+    assert chosen == [0, 2, 4]  # the confident chain; the weak siblings do not pay for their cost
+    flat = CostModel([1, 16], [0.010, 0.0101])
+    assert choose_tree_nodes(parents, conf, flat, rate) == [0, 1, 2, 3, 4]
+    # a child is never chosen without its parent
+    assert choose_tree_nodes([-1, 0], [0.01, 1.0], flat, rate, allowed=[1]) == []

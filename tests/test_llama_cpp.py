@@ -181,3 +181,35 @@ def test_sampled_generation_smoke_is_reproducible(smol, smol_weak_path, prompts1
         assert c.token_ids != a.token_ids
     finally:
         drafter.close()
+
+
+def test_tree_drafts_greedy_identity(prompts10):
+    """Token trees (n-gram tree drafter) verified with per-token sequence ids equal plain greedy decoding."""
+    from speculative.backends import load_backend
+
+    for name in ("smollm2-135m-instruct", "gemma-3-270m"):
+        t = load_backend(name, n_ctx=4096, tree_width=3)
+        try:
+            assert t.supports_tree and t.tree_spine_only
+            plain_gen = SpeculativeGenerator(t, NoDrafter())
+            tree_gen = SpeculativeGenerator(t, NgramDrafter(1, 4, tree=3))
+            nodes = 0
+            for j, row in enumerate(prompts10):
+                ids = plain_gen.encode_prompt(row["turns"][0])
+                plain = plain_gen.generate(ids, max_new_tokens=32).token_ids
+                for k, policy in ((4, "fixed"), (8, "adaptive")):
+                    r = tree_gen.generate(ids, max_new_tokens=32, num_speculative_tokens=k, draft_policy=policy)
+                    label = f"{name} q{row['question_id']} ngram tree k={k} {policy}"
+                    assert_greedy_identical(t, ids, plain, r.token_ids, exact=True, label=label)
+                    nodes += r.stats.draft_tokens
+                    if j >= 3:
+                        continue
+                    # the cache holds a prefix of the context and continues like a fresh prefill
+                    ctx = list(ids) + r.token_ids
+                    cached = list(t.cached_tokens(0))
+                    assert cached == ctx[: len(cached)]
+                    got = t.forward([ForwardRequest(0, ctx[len(cached):], logits="last")])[0].logits[-1].copy()
+                    np.testing.assert_allclose(got, next_logits_fresh(t, ctx), rtol=0, atol=1e-4)
+            assert nodes > 0
+        finally:
+            t.close()

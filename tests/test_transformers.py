@@ -138,3 +138,26 @@ def test_greedy_identity_gemma(hf_gemma, prompts10):
                 assert_greedy_identical(hf_gemma, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
     finally:
         d.close()
+
+
+def test_tree_drafts_greedy_identity_and_cache(hf_smol, prompts10):
+    """Token trees with a tree attention mask: greedy output equals plain (up to reported near-ties),
+    and the cache after path compaction continues like a fresh prefill."""
+    assert hf_smol.supports_tree and not hf_smol.tree_spine_only
+    ties: list = []
+    off_spine = 0
+    plain_gen = SpeculativeGenerator(hf_smol, NoDrafter())
+    tree_gen = SpeculativeGenerator(hf_smol, NgramDrafter(1, 4, tree=3))
+    for row in prompts10[:5]:
+        ids = plain_gen.encode_prompt(row["turns"][0])
+        plain = plain_gen.generate(ids, max_new_tokens=16).token_ids
+        r = tree_gen.generate(ids, max_new_tokens=16, num_speculative_tokens=4, draft_policy="fixed")
+        assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=f"q{row['question_id']}", ties=ties)
+        ctx = list(ids) + r.token_ids
+        cached = list(hf_smol.cached_tokens(0))
+        assert cached == ctx[: len(cached)] and len(cached) == len(ctx) - 1
+        got = hf_smol.forward([ForwardRequest(0, ctx[len(cached):], logits="last")])[0].logits[-1].copy()
+        hf_smol.truncate(0, len(cached))
+        np.testing.assert_allclose(got, next_logits_fresh(hf_smol, ctx), rtol=0, atol=2e-4)
+        off_spine += r.stats.draft_tokens
+    assert off_spine > 0

@@ -196,6 +196,47 @@ def choose_draft_length(confidence: Sequence[float], cost: CostModel, rate: floa
     return best_m
 
 
+def choose_tree_nodes(parents: Sequence[int], confidence: Sequence[float], cost: CostModel, rate: float,
+                      base_tokens: int = 1, allowed: Sequence[int] | None = None) -> list[int]:
+    """Which nodes of a token tree to verify (EAGLE-2's re-ranking by path probability, Li et al. 2024b).
+
+    A node's value is the product of the confidences on its path: the probability
+    that it is reached and accepted, i.e. its contribution to the expected tokens
+    per step. Nodes are added in decreasing value (a parent never has a lower value
+    than its child, so every prefix of that order is a tree), and the prefix that
+    maximizes  sum(values) - rate * T(base_tokens + size)  is kept, as
+    :func:`choose_draft_length` does for chains.
+
+    Args:
+        allowed: only these nodes may be chosen (with their ancestors); None allows all.
+
+    Returns:
+        Indices of the chosen nodes, in increasing order.
+    """
+    ok = set(range(len(parents))) if allowed is None else set(allowed)
+    value = []
+    for i, p in enumerate(parents):
+        c = max(0.0, min(1.0, confidence[i]))
+        value.append(c * (value[p] if p >= 0 else 1.0))
+    order = sorted((i for i in range(len(parents)) if i in ok), key=lambda i: (-value[i], i))
+    taken: list[int] = []
+    inset: set[int] = set()
+    gain = 0.0
+    best, best_len = -rate * cost.time(base_tokens), 0
+    for i in order:
+        if value[i] < 1e-4:
+            break
+        if parents[i] >= 0 and parents[i] not in inset:
+            continue
+        taken.append(i)
+        inset.add(i)
+        gain += value[i]
+        score = gain - rate * cost.time(base_tokens + len(taken))
+        if score > best:
+            best, best_len = score, len(taken)
+    return sorted(taken[:best_len])
+
+
 @dataclass
 class AcceptanceCalibration:
     """Online estimates of P(draft token accepted | the ones before it were), per bucket.

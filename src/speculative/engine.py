@@ -30,12 +30,15 @@ import numpy as np
 
 from .backends.base import Backend, ForwardRequest
 from .config import GenerationConfig
-from .cost_model import CostModel, cached_verify_cost, choose_draft_length
+from .cost_model import CostModel, cached_verify_cost, choose_draft_length, choose_tree_nodes
 from .drafters.base import DraftProposal, Drafter, NoDrafter
 from .errors import ConfigError
 from .sampling import Sampler
 from .stats import GenerationStats
-from .verification import rejection_sample, verify_greedy
+from .trees import children as tree_children
+from .trees import depths as tree_depths
+from .trees import path_to, spine, spine_first
+from .verification import rejection_sample, tree_rejection_sample, verify_greedy, verify_tree_greedy
 
 Prompt = str | Sequence[int] | Sequence[dict]
 
@@ -197,6 +200,8 @@ class DecodeRequest:
         self._t0 = 0.0
         self._proposal: DraftProposal | None = None
         self._draft: list[int] = []
+        self._tree: tuple[list[int], list[int], list[int]] | None = None
+        self._pending = 1
         self._t_verify = 0.0
 
     @property
@@ -258,28 +263,81 @@ class DecodeRequest:
         self.stats.draft_time_s += dt
         if p.tokens:
             self.draft_cost_per_token += 0.1 * (dt / min(len(p.tokens), m_max) - self.draft_cost_per_token)
-        p.tokens = [int(t) for t in p.tokens[:m_max]]
+        if p.parents is None:
+            p.tokens = [int(t) for t in p.tokens[:m_max]]
+        else:
+            p = _limit_depth(p, m_max)
         self._proposal = p
         return p
 
     def choose_length(self, proposal: DraftProposal, cost: CostModel | None = None, rate: float | None = None) -> int:
-        """Draft tokens worth verifying alone (the adaptive policy), or all of them (fixed)."""
+        """Chain drafts: leading tokens worth verifying (the adaptive policy), or all of them (fixed)."""
         cost = cost or self.cost
         if cost is None or proposal.confidence is None or not proposal.tokens:
             return len(proposal.tokens)
         return choose_draft_length(proposal.confidence[: len(proposal.tokens)], cost, rate or self.rate())
 
-    def verify_request(self, n_draft: int) -> ForwardRequest:
-        """The target forward of this step: the last committed token and ``n_draft`` draft tokens."""
-        self._draft = self._proposal.tokens[:n_draft] if self._proposal is not None else []
+    def choose_nodes(self, proposal: DraftProposal, cost: CostModel | None = None, rate: float | None = None) -> list[int]:
+        """Tree drafts: the nodes worth verifying (EAGLE-2-style re-ranking), or all of them (fixed)."""
+        cost = cost or self.cost
+        n = len(proposal.tokens)
+        allowed = None
+        if self.target.tree_spine_only:  # nothing past an off-spine node can be verified
+            sp = set(spine(spine_first(proposal.tokens, proposal.parents)[1]))
+            order = spine_first(proposal.tokens, proposal.parents)[2]
+            sp_orig = {order[i] for i in sp}
+            allowed = [i for i, p in enumerate(proposal.parents) if p < 0 or p in sp_orig]
+        if cost is None or proposal.confidence is None or not n:
+            return list(range(n)) if allowed is None else sorted(allowed)
+        return choose_tree_nodes(proposal.parents, proposal.confidence[:n], cost, rate or self.rate(), allowed=allowed)
+
+    def choose(self, proposal: DraftProposal) -> int | list[int]:
+        """What to verify of a proposal: a chain length, or tree node indices."""
+        if proposal.parents is None:
+            return self.choose_length(proposal)
+        return self.choose_nodes(proposal)
+
+    def verify_request(self, selection: int | list[int]) -> ForwardRequest:
+        """The target forward of this step.
+
+        It feeds the committed tokens not yet cached (normally just the last one)
+        and the draft: the first ``selection`` tokens of a chain, or the tree nodes
+        ``selection``, laid out spine first. Logits come back for the last committed
+        token and every draft token.
+        """
+        prop = self._proposal if self._proposal is not None else DraftProposal()
+        n_cached = len(self.target.cached_tokens(self.seq))
+        pending = self.context[n_cached:]
+        P = len(pending)
+        self._pending = P
         self._t_verify = time.perf_counter()
-        return ForwardRequest(self.seq, [self.context[-1]] + self._draft, logits="all")
+        if prop.parents is None:
+            self._tree = None
+            self._draft = prop.tokens[: int(selection)]
+            return ForwardRequest(self.seq, pending + self._draft, logits=list(range(P - 1, P + len(self._draft))))
+        nodes = [int(i) for i in selection]
+        keep = {old: new for new, old in enumerate(nodes)}
+        toks = [prop.tokens[i] for i in nodes]
+        parents = [keep[prop.parents[i]] if prop.parents[i] >= 0 else -1 for i in nodes]
+        toks, parents, order = spine_first(toks, parents)
+        orig = [nodes[o] for o in order]  # proposal index of each laid-out node
+        if self.target.tree_spine_only:
+            toks, parents, orig = _prune_off_spine(toks, parents, orig)
+        self._tree = (toks, parents, orig)
+        self._draft = toks
+        chain = list(range(-1, P - 1))
+        tree_parents = chain + [(P - 1) if p < 0 else P + p for p in parents]
+        rows = [P - 1] + [P + i for i in range(len(toks))]
+        return ForwardRequest(self.seq, pending + toks, logits=rows, tree_parents=tree_parents)
 
     def commit(self, logits: np.ndarray, forward_s: float | None = None) -> list[int]:
-        """Verify the draft against the target's ``[m+1, V]`` logits, roll back, emit tokens."""
+        """Verify the draft against the target's logits (last committed token, then each draft token),
+        roll back, emit tokens."""
+        if self._tree is not None:
+            return self._commit_tree(logits, forward_s)
         draft, proposal, sampler = self._draft, self._proposal, self.sampler
         if self.cost is not None and forward_s is not None:
-            self.cost.update(len(draft) + 1, forward_s)
+            self.cost.update(len(draft) + self._pending, forward_s)
         if sampler.uses_history:
             logits = sampler.adjust(logits, self.context, draft)
         if sampler.greedy:
@@ -289,7 +347,44 @@ class DecodeRequest:
             res = rejection_sample(lambda i: sampler.probs(logits[i]), draft, q, self.rng)
         self.target.truncate(self.seq, len(self.context) + res.num_accepted)
         self.stats.record_step(len(draft), res.num_accepted)
-        new = self._emit(draft[: res.num_accepted] + [res.next_token], logits)
+        return self._finish_step(draft[: res.num_accepted] + [res.next_token], logits)
+
+    def _commit_tree(self, logits: np.ndarray, forward_s: float | None) -> list[int]:
+        toks, parents, orig = self._tree
+        prop, sampler = self._proposal, self.sampler
+        if self.cost is not None and forward_s is not None:
+            self.cost.update(len(toks) + self._pending, forward_s)
+        ctx = self.context
+        rows: dict[int, np.ndarray] = {}
+
+        def row(u: int) -> np.ndarray:  # adjusted logits at node u (-1: the last committed token)
+            if u not in rows:
+                r = logits[u + 1]
+                if sampler.uses_history:
+                    hist = ctx + [toks[i] for i in path_to(parents, u)] if u >= 0 else ctx
+                    r = sampler.adjust(r[None], hist, ())[0]
+                rows[u] = r
+            return rows[u]
+
+        if sampler.greedy:
+            res = verify_tree_greedy(lambda u: int(np.argmax(row(u))), toks, parents)
+        else:
+            kids = tree_children(parents)
+            child_probs = None
+            if prop.probs is not None:
+                def child_probs(u):
+                    return prop.probs[orig[kids[u][0]]] if kids[u] else None
+            res = tree_rejection_sample(lambda u: sampler.probs(row(u)), toks, parents, child_probs, self.rng)
+        P = self._pending
+        self.target.commit_path(self.seq, list(range(P)) + [P + i for i in res.path])
+        depth = max(tree_depths(parents), default=0)
+        self.stats.record_tree_step(len(toks), depth, len(res.path))
+        emitted = [toks[i] for i in res.path] + [res.next_token]
+        emit_rows = [row(-1)] + [row(i) for i in res.path]
+        return self._finish_step(emitted, emit_rows)
+
+    def _finish_step(self, tokens: list[int], rows) -> list[int]:
+        new = self._emit(tokens, rows)
         now = time.perf_counter()
         self.stats.verify_time_s += now - self._t_verify
         self.stats.wall_time_s = now - self._t0
@@ -356,6 +451,35 @@ class DecodeRequest:
             prompt_token_ids=self.prompt_ids,
             logprobs=self.logprobs,
         )
+
+
+def _limit_depth(p: DraftProposal, max_depth: int) -> DraftProposal:
+    """A tree proposal without the nodes deeper than ``max_depth`` (at most that many can be accepted)."""
+    d = tree_depths(p.parents)
+    keep = [i for i in range(len(p.tokens)) if d[i] <= max_depth]
+    if len(keep) == len(p.tokens):
+        p.tokens = [int(t) for t in p.tokens]
+        return p
+    new = {old: n for n, old in enumerate(keep)}
+    return DraftProposal(
+        tokens=[int(p.tokens[i]) for i in keep],
+        probs=p.probs[keep] if p.probs is not None else None,
+        confidence=[p.confidence[i] for i in keep] if p.confidence is not None else None,
+        parents=[(-1 if p.parents[i] < 0 else new[p.parents[i]]) for i in keep],
+    )
+
+
+def _prune_off_spine(toks: list[int], parents: list[int], orig: list[int]):
+    """Keep the spine and its direct siblings: nodes whose parent is the root or on the spine.
+
+    For backends whose off-spine logits are not bitwise those of plain decoding
+    (llama.cpp's exact numerics), a node off the spine may be accepted, but nothing
+    is verified past it.
+    """
+    sp = set(spine(parents))
+    keep = [i for i, p in enumerate(parents) if p < 0 or p in sp]
+    new = {old: n for n, old in enumerate(keep)}
+    return [toks[i] for i in keep], [(-1 if parents[i] < 0 else new[parents[i]]) for i in keep], [orig[i] for i in keep]
 
 
 class Generation:
@@ -452,11 +576,11 @@ class SpeculativeGenerator:
     ) -> SpeculativeGenerator:
         """Load target and drafter from specs (registered names, paths, HF ids; see ``--drafter``)."""
         from .backends import load_backend
-        from .drafters import BuildContext, build_drafter
+        from .drafters import BuildContext, build_drafter, tree_leaves
 
         t = load_backend(
             target, backend, n_ctx=n_ctx, n_threads=n_threads, max_sequences=max_sequences,
-            numerics=numerics, device=device, dtype=dtype,
+            numerics=numerics, device=device, dtype=dtype, tree_width=tree_leaves(drafter),
         )
         try:
             ctx = BuildContext(
@@ -537,7 +661,7 @@ class SpeculativeGenerator:
                 proposal = req.propose()
                 if req.done:
                     break
-                fwd = req.verify_request(req.choose_length(proposal))
+                fwd = req.verify_request(req.choose(proposal))
                 t = time.perf_counter()
                 logits = self.target.forward([fwd])[0].logits
                 yield req.commit(logits, time.perf_counter() - t)

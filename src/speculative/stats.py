@@ -69,6 +69,13 @@ class GenerationStats:
         for i in range(accepted):
             self.position_accepted[i] += 1
 
+    def record_tree_step(self, n_nodes: int, depth: int, accepted: int) -> None:
+        """Count one step that verified a tree of ``n_nodes`` draft tokens, ``depth`` deep, and accepted
+        a path of ``accepted`` of them (per-position counters use depths)."""
+        self.record_step(depth, accepted)
+        if depth > 0:
+            self.draft_tokens += n_nodes - depth
+
     def merge(self, other: GenerationStats) -> GenerationStats:
         """Add another generation's counters and times to this one (turns of a chat, a server's totals)."""
         for name in ("prompt_tokens", "cached_prompt_tokens", "new_tokens", "steps", "draft_tokens", "accepted_tokens"):

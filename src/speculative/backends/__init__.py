@@ -26,6 +26,7 @@ def load_backend(
     device: str | None = None,
     dtype: str | None = None,
     check_numerics: bool = True,
+    tree_width: int = 0,
 ) -> Backend:
     """Load ``model`` (a spec or a resolved source) on ``backend``.
 
@@ -39,6 +40,8 @@ def load_backend(
         device, dtype: transformers only.
         check_numerics: llama.cpp only: check (once per build and model, cached) that batched
             and single-token logits are identical, and warn if not.
+        tree_width: llama.cpp only: most leaves of the token trees this context verifies
+            (0: chains only; transformers always verifies trees).
 
     Raises:
         ConfigError, ModelNotFoundError, ModelLoadError, BackendUnavailableError.
@@ -63,6 +66,7 @@ def load_backend(
             max_sequences=max_sequences,
             numerics=numerics,
             model_id=src.name,
+            tree_width=tree_width,
         )
         if check_numerics and numerics == "exact":
             from ..numerics import ensure_batch_invariance

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, ContextOverflowError
+from ..trees import depths as tree_depths
 
 #: Text of end-of-turn tokens that chat templates emit; a token with one of these
 #: texts ends generation like EOS. Same list llama.cpp uses to build its
@@ -58,8 +59,11 @@ class ForwardRequest:
             final norm), as draft heads need.
         tree_parents: for a token tree, the parent of each new token as an index
             into ``tokens`` (-1: the last cached token). Parents come before
-            children. None means a chain. Backends without tree support raise
-            :class:`NotImplementedError` (see ``Backend.supports_tree``).
+            children; a token sits at position ``len(cache) + depth - 1`` and
+            attends to the cache and its ancestors only. None means a chain.
+            After a tree forward, :meth:`Backend.commit_path` keeps one path.
+            Backends without tree support raise :class:`NotImplementedError`
+            (see ``Backend.supports_tree``).
     """
 
     seq_id: int
@@ -100,6 +104,7 @@ class ForwardResult:
 class _SequenceState:
     tokens: list[int] = field(default_factory=list)
     busy: bool = False
+    tree: tuple[list[int], list[int]] | None = None  # (tokens, parents) of an uncommitted tree forward
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -128,6 +133,10 @@ class Backend(abc.ABC):
     max_sequences: int = 1
     supports_hidden: bool = True
     supports_tree: bool = False
+    #: True when only the spine of a token tree (the chain of first children, laid out
+    #: first) gets logits bitwise equal to plain decoding's: the engine then verifies
+    #: nothing past an off-spine node, which keeps greedy output identical.
+    tree_spine_only: bool = False
     #: True when a position's logits do not depend on how many tokens share its
     #: forward pass, so greedy speculation reproduces plain greedy bit for bit.
     batch_invariant: bool = False
@@ -174,6 +183,8 @@ class Backend(abc.ABC):
     def truncate(self, seq_id: int, n_tokens: int) -> None:
         """Roll the cache of ``seq_id`` back to its first ``n_tokens`` tokens (no recomputation)."""
         st = self._seqs[seq_id]
+        if st.tree is not None:
+            self.commit_path(seq_id, [])
         if n_tokens < len(st.tokens):
             self._truncate_cache(seq_id, n_tokens)
             del st.tokens[n_tokens:]
@@ -199,19 +210,62 @@ class Backend(abc.ABC):
         """
         for r in requests:
             st = self._seqs[r.seq_id]
+            if st.tree is not None:
+                raise RuntimeError(f"sequence {r.seq_id} has an uncommitted tree: call commit_path first")
             if len(st.tokens) + len(r.tokens) > self.n_ctx:
                 raise ContextOverflowError(
                     f"sequence needs {len(st.tokens) + len(r.tokens)} positions but the "
                     f"{self.name} context holds {self.n_ctx} (raise --ctx-size)"
                 )
-            if r.tree_parents is not None and not self.supports_tree:
-                raise NotImplementedError(f"the {self.name} backend does not verify token trees yet")
+            if r.tree_parents is not None:
+                if not self.supports_tree:
+                    raise NotImplementedError(
+                        f"this {self.name} context does not verify token trees"
+                        + (" (create it with tree_width > 0)" if self.name == "llama.cpp" else "")
+                    )
+                if len(r.tree_parents) != len(r.tokens):
+                    raise ValueError("tree_parents must have one entry per token")
+                tree_depths(r.tree_parents)  # validates the ordering
             if r.hidden and not self.supports_hidden:
                 raise NotImplementedError(f"the {self.name} backend does not return hidden states")
         results = self._forward(requests)
         for r in requests:
-            self._seqs[r.seq_id].tokens.extend(int(t) for t in r.tokens)
+            st = self._seqs[r.seq_id]
+            if r.tree_parents is None:
+                st.tokens.extend(int(t) for t in r.tokens)
+            else:
+                st.tree = ([int(t) for t in r.tokens], [int(p) for p in r.tree_parents])
         return results
+
+    def commit_path(self, seq_id: int, path: Sequence[int]) -> int:
+        """After a tree forward: keep the tokens on ``path`` and drop the rest of the tree.
+
+        Args:
+            path: indices into the tree request's ``tokens``: index 0 (or nothing),
+                then each next one a child of the previous.
+
+        Returns:
+            How many leading tokens of ``path`` stay cached. A backend may keep
+            fewer than all (llama.cpp keeps only the part laid out contiguously, so
+            the cache stays exactly as plain decoding would have built it); the
+            caller feeds the others again.
+        """
+        st = self._seqs[seq_id]
+        if st.tree is None:
+            raise RuntimeError(f"sequence {seq_id} has no tree to commit")
+        toks, parents = st.tree
+        prev = -1
+        for i in path:
+            if parents[i] != prev:
+                raise ValueError(f"path {list(path)} is not a chain from the root of the tree")
+            prev = i
+        kept = self._commit_tree(seq_id, len(st.tokens), toks, parents, list(path))
+        st.tree = None
+        st.tokens.extend(toks[i] for i in path[:kept])
+        return kept
+
+    def _commit_tree(self, seq_id: int, base: int, tokens: list[int], parents: list[int], path: list[int]) -> int:
+        raise NotImplementedError  # pragma: no cover - only backends with supports_tree
 
     @abc.abstractmethod
     def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:

@@ -107,6 +107,13 @@ class LlamaCppBackend(Backend):
         numerics: "exact" (batch-invariant logits, the default) or "fast".
         n_batch: most tokens per llama_decode call (prompts are split into such chunks).
         model_id: the name shown in stats and errors.
+        tree_width: most leaves of a token tree verified at once; 0 disables trees.
+            Trees need per-token sequence ids in one unified KV buffer: each leaf's
+            path gets a temporary sequence that shares the context's cells. Nodes
+            are laid out spine first (the chain of first children), and only the
+            spine's cells are kept after verification, so the cache stays laid out
+            exactly as plain decoding builds it; an accepted path that leaves the
+            spine is fed again in the next step.
 
     Raises:
         ModelNotFoundError: no file at ``path``.
@@ -125,6 +132,7 @@ class LlamaCppBackend(Backend):
         n_batch: int = 512,
         model_id: str | None = None,
         verbose: bool = False,
+        tree_width: int = 0,
     ):
         super().__init__()
         if numerics not in ("exact", "fast"):
@@ -167,14 +175,23 @@ class LlamaCppBackend(Backend):
         if self.n_threads < 1:
             raise ConfigError(f"threads must be >= 1, got {n_threads}")
 
+        self.tree_width = int(tree_width)
+        if self.tree_width < 0:
+            raise ConfigError(f"tree_width must be >= 0, got {tree_width}")
         cp = L.llama_context_default_params()
-        # One KV stream per sequence (kv_unified off): a sequence's cells stay
-        # contiguous and in order, whatever other sequences do.
-        cp.n_ctx = n_ctx * self.max_sequences
         cp.n_batch = int(n_batch)
         cp.n_ubatch = int(n_batch)
-        cp.n_seq_max = self.max_sequences
-        cp.kv_unified = False
+        if self.tree_width:
+            # trees: one unified buffer, temporary sequences per leaf share the context's cells
+            cp.kv_unified = True
+            cp.n_seq_max = self.max_sequences * (1 + self.tree_width)
+            cp.n_ctx = n_ctx * self.max_sequences + 256
+        else:
+            # one KV stream per sequence (kv_unified off): a sequence's cells stay
+            # contiguous and in order, whatever other sequences do
+            cp.kv_unified = False
+            cp.n_seq_max = self.max_sequences
+            cp.n_ctx = n_ctx * self.max_sequences
         cp.n_threads = self.n_threads
         cp.n_threads_batch = self.n_threads
         cp.swa_full = True
@@ -188,13 +205,15 @@ class LlamaCppBackend(Backend):
             raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
         self._ctx = ctx
         self._mem = L.llama_get_memory(ctx)
-        self.n_ctx = int(L.llama_n_ctx_seq(ctx)) if hasattr(L, "llama_n_ctx_seq") else n_ctx
+        self.n_ctx = n_ctx if self.tree_width else int(L.llama_n_ctx_seq(ctx))
+        self.supports_tree = self.tree_width > 0
+        self.tree_spine_only = numerics == "exact"
         self.n_batch = int(n_batch)
         self._embeddings_on = False
         self.batch_invariant = numerics == "exact"
 
         self._batch_cap = self.n_batch
-        self._batch = L.llama_batch_init(self._batch_cap, 0, self.max_sequences)
+        self._batch = L.llama_batch_init(self._batch_cap, 0, cp.n_seq_max)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(self._batch_cap,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(self._batch_cap,))
@@ -251,24 +270,88 @@ class LlamaCppBackend(Backend):
             plan.append((r, start, want))
             out_index.append(rows)
         total = sum(len(r.tokens) for r in requests)
+        if any(r.tree_parents is not None for r in requests):
+            if total > self._batch_cap:
+                raise ValueError(f"a tree forward takes at most {self._batch_cap} tokens")
+            return self._decode_once(plan, out_index, want_hidden)
         if total <= self._batch_cap:
             return self._decode_once(plan, out_index, want_hidden)
         return self._decode_chunked(plan, out_index, want_hidden)
 
+    # ---- token trees ------------------------------------------------------------------
+
+    def _temp_seq(self, seq_id: int, j: int) -> int:
+        return self.max_sequences + seq_id * self.tree_width + j
+
+    def _tree_layout(self, seq_id: int, parents: Sequence[int]):
+        """Positions offsets (depth - 1) and sequence-id sets of a tree's tokens."""
+        from ..trees import children, depths, spine
+
+        ch = children(parents)
+        leaves = [i for i in range(len(parents)) if not ch[i]]
+        if len(leaves) > self.tree_width:
+            raise ValueError(f"the tree has {len(leaves)} leaves; this context takes at most {self.tree_width}")
+        on_spine = set(spine(parents))
+        sids: list[set[int]] = [set() for _ in parents]
+        for j, leaf in enumerate(leaves):
+            u = leaf
+            while u >= 0:
+                sids[u].add(self._temp_seq(seq_id, j))
+                u = parents[u]
+        for u in on_spine:
+            sids[u].add(seq_id)
+        return [d - 1 for d in depths(parents)], [sorted(x) for x in sids], len(leaves)
+
+    def _prepare_tree(self, seq_id: int, n_leaves: int) -> None:
+        L = self._L
+        for j in range(n_leaves):
+            t = self._temp_seq(seq_id, j)
+            L.llama_memory_seq_rm(self._mem, t, -1, -1)
+            L.llama_memory_seq_cp(self._mem, seq_id, t, -1, -1)
+
+    def _commit_tree(self, seq_id: int, base: int, tokens, parents, path) -> int:
+        from ..trees import spine
+
+        sp = spine(parents)
+        contiguous = 0
+        while contiguous < len(sp) and sp[contiguous] == contiguous:
+            contiguous += 1
+        keep = 0
+        while keep < len(path) and keep < contiguous and path[keep] == sp[keep]:
+            keep += 1
+        L = self._L
+        L.llama_memory_seq_rm(self._mem, seq_id, base + keep, -1)
+        for j in range(self.tree_width):
+            L.llama_memory_seq_rm(self._mem, self._temp_seq(seq_id, j), -1, -1)
+        return keep
+
     def _fill(self, chunks) -> int:
-        """Write (seq_id, tokens, positions, want) chunks into the batch; returns n_tokens."""
+        """Write (seq_id, tokens, start, want[, tree_parents]) chunks into the batch; returns n_tokens."""
         n = 0
         b = self._batch
-        for seq_id, toks, start, want in chunks:
+        for chunk in chunks:
+            seq_id, toks, start, want = chunk[:4]
+            parents = chunk[4] if len(chunk) > 4 else None
             m = len(toks)
             self._tok[n : n + m] = toks
-            self._pos[n : n + m] = np.arange(start, start + m)
-            self._nseq[n : n + m] = 1
             self._out[n : n + m] = want
-            for i in range(n, n + m):
-                if self._slot_seq[i] != seq_id:
-                    b.seq_id[i][0] = seq_id
-                    self._slot_seq[i] = seq_id
+            if parents is None:
+                self._pos[n : n + m] = np.arange(start, start + m)
+                self._nseq[n : n + m] = 1
+                for i in range(n, n + m):
+                    if self._slot_seq[i] != seq_id:
+                        b.seq_id[i][0] = seq_id
+                        self._slot_seq[i] = seq_id
+            else:
+                offs, sids, n_leaves = self._tree_layout(seq_id, parents)
+                self._prepare_tree(seq_id, n_leaves)
+                self._pos[n : n + m] = start + np.asarray(offs)
+                for k, ids in enumerate(sids):
+                    i = n + k
+                    self._nseq[i] = len(ids)
+                    for j, sid in enumerate(ids):
+                        b.seq_id[i][j] = sid
+                    self._slot_seq[i] = -2  # multi-sequence slot: rewrite next time
             n += m
         b.n_tokens = n
         return n
@@ -303,7 +386,7 @@ class LlamaCppBackend(Backend):
         return buf[idx]
 
     def _decode_once(self, plan, out_index, want_hidden) -> list[ForwardResult]:
-        n = self._fill([(r.seq_id, r.tokens, start, want) for r, start, want in plan])
+        n = self._fill([(r.seq_id, r.tokens, start, want, r.tree_parents) for r, start, want in plan])
         self._decode()
         n_flagged = int(sum(int(w.sum()) for _, _, w in plan))
         logits, hidden = self._rows(n, n_flagged, want_hidden)

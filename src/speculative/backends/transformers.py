@@ -178,6 +178,9 @@ class TransformersBackend(Backend):
         self.max_sequences = int(max_sequences)
         self._init_sequences()
         self._softcap = getattr(cfg, "final_logit_softcapping", None)
+        self._layer_types = list(getattr(cfg, "layer_types", None) or [])
+        self._sliding_window = getattr(cfg, "sliding_window", None)
+        self.supports_tree = True
         self.batch_invariant = False
         self.bos_token_id = self.tokenizer.bos_token_id
         self.eos_token_ids = self._end_of_generation_ids(gguf_eog)
@@ -219,11 +222,49 @@ class TransformersBackend(Backend):
         if drop > 0:
             c.crop(-drop)
 
+    def _commit_tree(self, seq_id: int, base: int, tokens, parents, path) -> int:
+        torch = self._torch
+        keep = torch.tensor(list(range(base)) + [base + i for i in path], dtype=torch.long, device=self.device)
+        for layer in self._cache(seq_id).layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, keep)
+                layer.values = layer.values.index_select(-2, keep)
+        return len(path)
+
     def _project(self, h):
         logits = self.model.get_output_embeddings()(h)
         if self._softcap:
             logits = self._torch.tanh(logits / self._softcap) * self._softcap
         return logits
+
+    def _tree_masks(self, start: int, parents: Sequence[int]):
+        """4-D additive masks for a tree after ``start`` cached tokens, and depth-based position ids.
+
+        Models with sliding-window layers (Gemma 3) get one mask per layer type.
+        """
+        torch = self._torch
+        from ..trees import ancestor_matrix, depths
+
+        n = len(parents)
+        # ancestor_matrix counts a virtual root; drop it: token i is row/col i+1
+        allowed_new = torch.from_numpy(ancestor_matrix([p for p in parents])[1:, 1:])
+        pos = torch.tensor([start + d - 1 for d in depths(parents)], dtype=torch.long)
+        allowed = torch.cat([torch.ones((n, start), dtype=torch.bool), allowed_new], dim=1)
+        neg = torch.finfo(self.dtype).min
+
+        def to_mask(a):
+            m = torch.zeros(a.shape, dtype=self.dtype)
+            m.masked_fill_(~a, neg)
+            return m[None, None].to(self.device)
+
+        full = to_mask(allowed)
+        if self._sliding_window and self._layer_types:
+            key_pos = torch.cat([torch.arange(start), pos])
+            within = key_pos[None, :] > pos[:, None] - self._sliding_window
+            masks = {t: full for t in set(self._layer_types)}
+            masks["sliding_attention"] = to_mask(allowed & within)
+            return masks, pos.unsqueeze(0).to(self.device)
+        return full, pos.unsqueeze(0).to(self.device)
 
     def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
         torch = self._torch
@@ -234,8 +275,13 @@ class TransformersBackend(Backend):
                 start = len(self._seqs[r.seq_id].tokens)
                 n = len(r.tokens)
                 ids = torch.tensor([list(r.tokens)], dtype=torch.long, device=self.device)
-                pos = torch.arange(start, start + n, device=self.device).unsqueeze(0)
-                out = base(input_ids=ids, position_ids=pos, cache=self._cache(r.seq_id), use_cache=True)
+                if r.tree_parents is not None:
+                    mask, pos = self._tree_masks(start, r.tree_parents)
+                    out = base(input_ids=ids, position_ids=pos, attention_mask=mask, cache=self._cache(r.seq_id),
+                               use_cache=True)
+                else:
+                    pos = torch.arange(start, start + n, device=self.device).unsqueeze(0)
+                    out = base(input_ids=ids, position_ids=pos, cache=self._cache(r.seq_id), use_cache=True)
                 rows = r.output_rows()
                 h = out.last_hidden_state[0, rows]
                 logits = self._project(h).float().cpu().numpy() if rows else np.zeros((0, self.vocab_size), np.float32)

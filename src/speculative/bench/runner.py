@@ -166,7 +166,7 @@ class BenchRunner:
     def load_methods(self) -> None:
         from ..backends import load_backend
         from ..cost_model import cached_verify_cost
-        from ..drafters import BuildContext, build_drafter, parse_drafter_spec
+        from ..drafters import BuildContext, build_drafter, parse_drafter_spec, tree_leaves
         from ..drafters.base import NoDrafter
         from ..engine import SpeculativeGenerator
 
@@ -177,8 +177,9 @@ class BenchRunner:
         for spec in c.drafters:
             parse_drafter_spec(spec)  # fail fast, before loading anything
         rss0 = proc.memory_info().rss
+        width = max([tree_leaves(s) for s in c.drafters] + [0])
         target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=c.threads, numerics=c.numerics,
-                              device=c.device, dtype=c.dtype)
+                              device=c.device, dtype=c.dtype, tree_width=width)
         self.target = target
         self.load_rss_mb["baseline"] = (proc.memory_info().rss - rss0) / 2**20
         chat = (target.chat_template is not None) if c.chat is None else c.chat

@@ -129,7 +129,16 @@ def _none(spec, target, ctx) -> Drafter:
 
 
 def _ngram(spec, target, ctx) -> Drafter:
-    return NgramDrafter(min_n=_int_option(spec, "min", 1, 1), max_n=_int_option(spec, "max", 4, 1))
+    return NgramDrafter(
+        min_n=_int_option(spec, "min", 1, 1), max_n=_int_option(spec, "max", 4, 1), tree=_int_option(spec, "tree", 0, 0)
+    )
+
+
+def tree_leaves(spec: str | DrafterSpec) -> int:
+    """Most leaves of the token trees a drafter spec may propose (0: chains only)."""
+    if not isinstance(spec, DrafterSpec):
+        spec = parse_drafter_spec(spec)
+    return _int_option(spec, "tree", 0, 0) or 0
 
 
 def _model(spec, target, ctx) -> Drafter:
@@ -155,7 +164,11 @@ register_drafter(
     DrafterType(
         "ngram",
         _ngram,
-        {"min": "shortest n-gram to match (default 1)", "max": "longest n-gram to match (default 4)"},
+        {
+            "min": "shortest n-gram to match (default 1)",
+            "max": "longest n-gram to match (default 4)",
+            "tree": "merge the continuations of the W most recent matches into a token tree (default 0: a chain)",
+        },
         False,
         "prompt lookup: continue the longest earlier n-gram match in prompt and output",
     )
@@ -183,6 +196,7 @@ __all__ = [
     "DRAFTER_TYPES",
     "register_drafter",
     "parse_drafter_spec",
+    "tree_leaves",
     "build_drafter",
     "NoDrafter",
     "NgramDrafter",

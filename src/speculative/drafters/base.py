@@ -26,20 +26,26 @@ from ..sampling import Sampler
 
 @dataclass
 class DraftProposal:
-    """Draft tokens x_1..x_m and the distributions q_1..q_m they were drawn from.
+    """Draft tokens x_1..x_m (a chain, or a token tree) and the distributions they were drawn from.
 
     Attributes:
         tokens: the m proposed ids (m may be 0: a plain decoding step).
-        probs: float64 ``[m, V]`` processed draft distributions, or None for a
-            deterministic proposal (q_i = one-hot(x_i)) or under greedy decoding.
+        probs: float64 ``[m, V]``: row i is the processed distribution token i was
+            drawn from (for a tree, i.i.d. siblings share their parent's row); None
+            for deterministic proposals (one-hot q: n-gram matches, top-k
+            candidates) or under greedy decoding.
         confidence: per token, the drafter's estimate of P(token i is accepted |
-            tokens before it were), which the adaptive draft policy weighs against
+            its parent was), which the adaptive draft policy weighs against
             verification cost; None when the drafter has no estimate (verify all).
+        parents: None for a chain; for a token tree, each token's parent index
+            (-1: the last committed token), parents before children, siblings in
+            order of preference (see :mod:`speculative.trees`).
     """
 
     tokens: list[int] = field(default_factory=list)
     probs: np.ndarray | None = None
     confidence: list[float] | None = None
+    parents: list[int] | None = None
 
 
 @dataclass

@@ -53,35 +53,44 @@ def _prior(n: int, pos: int) -> tuple[float, float]:
 @dataclass
 class NgramState(DraftState):
     tokens: list[int] = field(default_factory=list)
-    # n -> n-gram -> end index (of its last token) of its most recent occurrence
-    index: dict[int, dict[tuple[int, ...], int]] = field(default_factory=dict)
+    # n -> n-gram -> end indices (of its last token) of its most recent occurrences, oldest first
+    index: dict[int, dict[tuple[int, ...], list[int]]] = field(default_factory=dict)
     indexed_upto: int = 0  # n-grams ending before this index are in the index
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
 
 
 class NgramDrafter(Drafter):
-    """``ngram[,min=N][,max=N]``: propose the continuation of the longest matching n-gram.
+    """``ngram[,min=N][,max=N][,tree=W]``: propose the continuation of the longest matching n-gram.
+
+    With ``tree=W`` (W >= 2) the continuations of the W most recent occurrences of
+    that n-gram are merged into a token tree (a trie: the most recent occurrence is
+    the spine), each branch's confidence scaled by the share of occurrences behind it.
 
     Args:
         min_n: shortest n-gram to match (>= 1).
         max_n: longest n-gram to match (>= min_n).
+        tree: most leaves of a tree draft; 0 or 1 drafts a chain.
     """
 
     kind = "ngram"
+    _MAX_OCCURRENCES = 8
 
-    def __init__(self, min_n: int = 1, max_n: int = 4):
+    def __init__(self, min_n: int = 1, max_n: int = 4, tree: int = 0):
         super().__init__()
         if min_n < 1 or max_n < min_n:
             raise ConfigError(f"ngram needs 1 <= min <= max, got min={min_n}, max={max_n}")
+        if tree < 0 or tree > self._MAX_OCCURRENCES:
+            raise ConfigError(f"ngram tree must be in 0..{self._MAX_OCCURRENCES}, got {tree}")
         self.min_n = int(min_n)
         self.max_n = int(max_n)
+        self.tree = int(tree) if tree > 1 else 0
         self._priors = {
             (n, p): _prior(n, p) for n in range(self.min_n, self.max_n + 1) for p in range(_MAX_POS_BUCKET + 1)
         }
 
     @property
     def description(self) -> str:
-        return f"ngram(min={self.min_n},max={self.max_n})"
+        return f"ngram(min={self.min_n},max={self.max_n}" + (f",tree={self.tree})" if self.tree else ")")
 
     def start(self, prompt: Sequence[int]) -> NgramState:
         st = NgramState(
@@ -106,9 +115,13 @@ class NgramDrafter(Drafter):
         # index n-grams ending at e <= len-2: each has at least one token after it,
         # and the suffix ending at len-1 is not matched against itself
         index = st.index
+        cap = self._MAX_OCCURRENCES
         for e in range(st.indexed_upto, len(toks) - 1):
             for n in range(self.min_n, min(self.max_n, e + 1) + 1):
-                index[n][tuple(toks[e - n + 1 : e + 1])] = e
+                occ = index[n].setdefault(tuple(toks[e - n + 1 : e + 1]), [])
+                occ.append(e)
+                if len(occ) > cap:
+                    del occ[0]
         st.indexed_upto = max(st.indexed_upto, len(toks) - 1)
 
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
@@ -117,11 +130,45 @@ class NgramDrafter(Drafter):
         toks = state.tokens
         L = len(toks)
         for n in range(min(self.max_n, L), self.min_n - 1, -1):
-            e = state.index[n].get(tuple(toks[L - n :]))
-            if e is not None:
+            occ = state.index[n].get(tuple(toks[L - n :]))
+            if occ:
+                e = occ[-1]
                 prop = toks[e + 1 : e + 1 + max_tokens]
                 buckets = [(n, min(i, _MAX_POS_BUCKET)) for i in range(len(prop))]
-                state.scorer.record(L, prop, buckets)
+                state.scorer.record(L, prop, buckets)  # the spine is what gets calibrated
                 cal = state.scorer.calibration
-                return DraftProposal(tokens=prop, confidence=[cal.estimate(b) for b in buckets])
+                if not self.tree:
+                    return DraftProposal(tokens=prop, confidence=[cal.estimate(b) for b in buckets])
+                conts = [toks[x + 1 : x + 1 + max_tokens] for x in reversed(occ)][: self.tree]
+                return self._trie(conts, n, cal)
         return DraftProposal()
+
+    @staticmethod
+    def _trie(conts: list[list[int]], n: int, cal) -> DraftProposal:
+        """Merge continuations (most recent first) into a tree; node confidence = the calibrated
+        estimate for its depth times the share of continuations through it among its parent's."""
+        tokens: list[int] = []
+        parents: list[int] = []
+        support: list[int] = []
+        child_of: dict[tuple[int, int], int] = {}
+        for c in conts:
+            u = -1
+            for t in c:
+                key = (u, t)
+                if key not in child_of:
+                    child_of[key] = len(tokens)
+                    tokens.append(t)
+                    parents.append(u)
+                    support.append(0)
+                u = child_of[key]
+                support[u] += 1
+        total = {-1: len(conts)}
+        for i in range(len(tokens)):
+            total[i] = support[i]
+        depth: list[int] = []
+        conf = []
+        for i, p in enumerate(parents):
+            d = 0 if p < 0 else depth[p] + 1
+            depth.append(d)
+            conf.append(cal.estimate((n, min(d, _MAX_POS_BUCKET))) * support[i] / total[p])
+        return DraftProposal(tokens=tokens, confidence=conf, parents=parents)

@@ -192,12 +192,16 @@ class Scheduler:
         if self.metrics:
             self.metrics.observe_step(len(live), total, emitted, dt)
 
-    def _size_drafts(self, reqs: list[DecodeRequest], proposals) -> list[int]:
-        lengths = [0] * len(reqs)
+    def _size_drafts(self, reqs: list[DecodeRequest], proposals) -> list:
+        """Chain length (or, for a token tree, the node list) to verify for each request."""
+        lengths: list = [0] * len(reqs)
         heap = []  # (-probability of reaching and accepting the next token, request index)
         cum = [1.0] * len(reqs)
         for i, (r, p) in enumerate(zip(reqs, proposals)):
             if not p.tokens:
+                continue
+            if p.parents is not None:
+                lengths[i] = r.choose_nodes(p)  # trees are sized per request
                 continue
             if r.cost is None or p.confidence is None:
                 lengths[i] = len(p.tokens)  # fixed policy: verify everything proposed
@@ -208,7 +212,7 @@ class Scheduler:
             return lengths
         cost = self.gen.cost_model
         n = len(reqs)
-        total = n + sum(lengths)
+        total = n + sum(x if isinstance(x, int) else len(x) for x in lengths)
         rate = n / cost.time(n)  # tokens/s of plain batched decoding
         while heap:
             neg, i = heapq.heappop(heap)
