@@ -220,6 +220,52 @@ def cmd_bench_server(args) -> int:
     return 0 if res["greedy_outputs_equal"] else 1
 
 
+def cmd_train_drafter(args) -> int:
+    from .training.data import DataConfig
+    from .training.train import TrainConfig, train_draft_model_pipeline, train_drafter
+
+    for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    out = Path(args.output)
+    if args.epochs is None:
+        args.epochs = 2 if args.method == "draft-model" else 6
+    if args.batch_size is None:
+        args.batch_size = 8 if args.method == "draft-model" else 16
+    cfg = TrainConfig(
+        method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
+        epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
+        data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens),
+    )
+    saved = out / "train_config.json"
+    if saved.exists() and not args.fresh:
+        import dataclasses
+
+        old = json.loads(saved.read_text())
+        new = dataclasses.asdict(cfg)
+        if args.method == "draft-model":
+            new.update(n_layers=args.layers, intermediate=args.intermediate)
+        if old != json.loads(json.dumps(new)):
+            raise SpeculativeError(f"{out} holds a training run with other settings; pass --fresh or another --output")
+        print(f"[speculative] resuming the training run in {out}", file=sys.stderr)
+    elif args.fresh and out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    if args.method == "draft-model":
+        m = train_draft_model_pipeline(args.target, out, cfg, n_layers=args.layers, intermediate=args.intermediate)
+    else:
+        m = train_drafter(args.target, out, cfg)
+    h = m["heldout"]
+    print(f"trained {args.method} drafter in {out}: held-out (development prompts, greedy, k=4) "
+          f"mean accepted tokens per step {h['mean_accepted_tokens']:.2f}, acceptance rate {h['acceptance_rate']:.1%}")
+    spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
+    target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
+    print(f"use it with: --drafter {spec}:{target_file}")
+    return 0
+
+
 def cmd_profile(args) -> int:
     from .backends import load_backend
     from .cost_model import measure_verify_cost
@@ -338,6 +384,21 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--output", default=None)
     bs.add_argument("--no-progress", action="store_true")
     bs.set_defaults(func=cmd_bench_server)
+
+    tr = sub.add_parser("train-drafter", help="train a drafter (draft model, EAGLE-style or Medusa heads) on the target's own outputs")
+    tr.add_argument("--target", default="smollm2-135m-instruct", help="registered name or GGUF path")
+    tr.add_argument("--method", required=True, choices=("draft-model", "eagle", "medusa"))
+    tr.add_argument("--output", "-o", required=True, help="run folder (data, checkpoints, the drafter); rerun to resume")
+    tr.add_argument("--prompts", type=int, default=600, help="stage-A prompts; half as many stage-B prompts (default 600)")
+    tr.add_argument("--max-new-tokens", type=int, default=96, help="target tokens generated per prompt (default 96)")
+    tr.add_argument("--epochs", type=int, default=None, help="default 6 (heads), 2 (draft-model)")
+    tr.add_argument("--batch-size", type=int, default=None, help="default 16 (heads), 8 (draft-model)")
+    tr.add_argument("--draft-vocab", type=int, default=8192, help="reduced draft vocabulary of heads (default 8192)")
+    tr.add_argument("--layers", type=int, default=2, help="draft-model: decoder layers (default 2)")
+    tr.add_argument("--intermediate", type=int, default=None, help="draft-model: MLP width (default: the target's)")
+    tr.add_argument("--threads", type=int, default=None)
+    tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
+    tr.set_defaults(func=cmd_train_drafter)
 
     pr = sub.add_parser("profile", help="measure the target's verification cost T(n) and the speedup ceiling per k")
     _add_model_options(pr, drafter=False)

@@ -202,6 +202,7 @@ class DecodeRequest:
         self._draft: list[int] = []
         self._tree: tuple[list[int], list[int], list[int]] | None = None
         self._pending = 1
+        self._n_cached = 0
         self._t_verify = 0.0
 
     @property
@@ -218,8 +219,19 @@ class DecodeRequest:
         self.seq = target.allocate_sequence(self.prompt_ids)
         kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
         self.stats.cached_prompt_tokens = kept
-        logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
-        self.dstate = self.drafter.start(self.prompt_ids)
+        L = len(self.prompt_ids)
+        if self.drafter.needs_hidden:
+            # the drafter reads the target's hidden states of the last `hidden_window` prompt tokens
+            split = max(kept, L - self.drafter.hidden_window)
+            if split > kept:
+                target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:split], logits="none")])
+            out = target.forward([ForwardRequest(self.seq, self.prompt_ids[split:], logits="all", hidden=True)])[0]
+            logits = out.logits
+            self.dstate = self.drafter.start(self.prompt_ids)
+            self.drafter.observe_hidden(self.dstate, split, out.hidden)
+        else:
+            logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
+            self.dstate = self.drafter.start(self.prompt_ids)
         self.context = list(self.prompt_ids)
         rows = logits[-1:]
         if self.sampler.uses_history:
@@ -311,10 +323,14 @@ class DecodeRequest:
         P = len(pending)
         self._pending = P
         self._t_verify = time.perf_counter()
+        self._n_cached = n_cached
+        hidden = self.drafter.needs_hidden
         if prop.parents is None:
             self._tree = None
             self._draft = prop.tokens[: int(selection)]
-            return ForwardRequest(self.seq, pending + self._draft, logits=list(range(P - 1, P + len(self._draft))))
+            first = 0 if hidden else P - 1  # hidden states of every fed token go to the drafter
+            return ForwardRequest(self.seq, pending + self._draft, logits=list(range(first, P + len(self._draft))),
+                                  hidden=hidden)
         nodes = [int(i) for i in selection]
         keep = {old: new for new, old in enumerate(nodes)}
         toks = [prop.tokens[i] for i in nodes]
@@ -327,14 +343,19 @@ class DecodeRequest:
         self._draft = toks
         chain = list(range(-1, P - 1))
         tree_parents = chain + [(P - 1) if p < 0 else P + p for p in parents]
-        rows = [P - 1] + [P + i for i in range(len(toks))]
-        return ForwardRequest(self.seq, pending + toks, logits=rows, tree_parents=tree_parents)
+        rows = ([*range(P - 1)] if hidden else []) + [P - 1] + [P + i for i in range(len(toks))]
+        return ForwardRequest(self.seq, pending + toks, logits=rows, tree_parents=tree_parents, hidden=hidden)
 
-    def commit(self, logits: np.ndarray, forward_s: float | None = None) -> list[int]:
+    def commit(self, logits: np.ndarray, forward_s: float | None = None, hidden: np.ndarray | None = None) -> list[int]:
         """Verify the draft against the target's logits (last committed token, then each draft token),
-        roll back, emit tokens."""
+        roll back, emit tokens. ``hidden``: the forward's hidden states, for drafters that read them."""
+        lead = self._pending - 1 if self.drafter.needs_hidden else 0
+        if lead:
+            hidden_all, logits = hidden, logits[lead:]
+        else:
+            hidden_all = hidden
         if self._tree is not None:
-            return self._commit_tree(logits, forward_s)
+            return self._commit_tree(logits, forward_s, hidden_all)
         draft, proposal, sampler = self._draft, self._proposal, self.sampler
         if self.cost is not None and forward_s is not None:
             self.cost.update(len(draft) + self._pending, forward_s)
@@ -347,9 +368,12 @@ class DecodeRequest:
             res = rejection_sample(lambda i: sampler.probs(logits[i]), draft, q, self.rng)
         self.target.truncate(self.seq, len(self.context) + res.num_accepted)
         self.stats.record_step(len(draft), res.num_accepted)
+        if self.drafter.needs_hidden and hidden_all is not None:
+            # fed tokens: the pending ones and the accepted draft tokens, at consecutive positions
+            self.drafter.observe_hidden(self.dstate, self._n_cached, hidden_all[: self._pending + res.num_accepted])
         return self._finish_step(draft[: res.num_accepted] + [res.next_token], logits)
 
-    def _commit_tree(self, logits: np.ndarray, forward_s: float | None) -> list[int]:
+    def _commit_tree(self, logits: np.ndarray, forward_s: float | None, hidden: np.ndarray | None = None) -> list[int]:
         toks, parents, orig = self._tree
         prop, sampler = self._proposal, self.sampler
         if self.cost is not None and forward_s is not None:
@@ -376,7 +400,10 @@ class DecodeRequest:
                     return prop.probs[orig[kids[u][0]]] if kids[u] else None
             res = tree_rejection_sample(lambda u: sampler.probs(row(u)), toks, parents, child_probs, self.rng)
         P = self._pending
-        self.target.commit_path(self.seq, list(range(P)) + [P + i for i in res.path])
+        kept = self.target.commit_path(self.seq, list(range(P)) + [P + i for i in res.path])
+        if self.drafter.needs_hidden and hidden is not None:
+            idx = (list(range(P)) + [P + i for i in res.path])[:kept]
+            self.drafter.observe_hidden(self.dstate, self._n_cached, hidden[idx])
         depth = max(tree_depths(parents), default=0)
         self.stats.record_tree_step(len(toks), depth, len(res.path))
         emitted = [toks[i] for i in res.path] + [res.next_token]
@@ -663,8 +690,8 @@ class SpeculativeGenerator:
                     break
                 fwd = req.verify_request(req.choose(proposal))
                 t = time.perf_counter()
-                logits = self.target.forward([fwd])[0].logits
-                yield req.commit(logits, time.perf_counter() - t)
+                out = self.target.forward([fwd])[0]
+                yield req.commit(out.logits, time.perf_counter() - t, out.hidden)
         finally:
             req.release()
 

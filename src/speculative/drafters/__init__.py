@@ -159,6 +159,53 @@ def _model(spec, target, ctx) -> Drafter:
     return DraftModelDrafter(draft)
 
 
+def trained_drafter_dir(name: str) -> "Path":
+    """A shipped drafter's folder (``src/speculative/data/drafters/NAME``) or a path to a trained drafter folder.
+
+    Raises:
+        ModelNotFoundError: neither exists.
+    """
+    from importlib import resources
+    from pathlib import Path
+
+    from ..errors import ModelNotFoundError
+
+    shipped = Path(str(resources.files("speculative") / "data" / "drafters" / name))
+    if (shipped / "drafter.json").is_file():
+        return shipped
+    p = Path(name).expanduser()
+    if (p / "drafter.json").is_file():
+        return p
+    if (p / "drafter" / "drafter.json").is_file():  # a train-drafter output folder
+        return p / "drafter"
+    raise ModelNotFoundError(
+        f"unknown drafter '{name}': not a shipped drafter ({', '.join(shipped_drafters()) or 'none'}) "
+        f"nor a folder with drafter.json"
+    )
+
+
+def shipped_drafters() -> list[str]:
+    from importlib import resources
+    from pathlib import Path
+
+    root = Path(str(resources.files("speculative") / "data" / "drafters"))
+    return sorted(p.name for p in root.glob("*") if (p / "drafter.json").is_file()) if root.is_dir() else []
+
+
+def _eagle(spec, target, ctx) -> Drafter:
+    from .heads import EagleDrafter
+
+    dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
+    return EagleDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
+
+
+def _medusa(spec, target, ctx) -> Drafter:
+    from .heads import MedusaDrafter
+
+    dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
+    return MedusaDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
+
+
 register_drafter(DrafterType("none", _none, {}, False, "no drafter: plain autoregressive decoding (the baseline)"))
 register_drafter(
     DrafterType(
@@ -184,6 +231,25 @@ register_drafter(
         },
         True,
         "a draft model with the target's vocabulary (registered name, GGUF path or HF id)",
+    )
+)
+
+register_drafter(
+    DrafterType(
+        "eagle",
+        _eagle,
+        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)"},
+        True,
+        "an EAGLE-style head on the target's hidden states (shipped name or trained folder)",
+    )
+)
+register_drafter(
+    DrafterType(
+        "medusa",
+        _medusa,
+        {"tree": "top-B candidates of every head (a static token tree; default 0: the top-1 chain)"},
+        True,
+        "Medusa heads on the target's hidden states (shipped name or trained folder)",
     )
 )
 

@@ -119,6 +119,11 @@ class Drafter(abc.ABC):
 
     #: the spec TYPE word this drafter registers under
     kind: str = "drafter"
+    #: True for drafters that read the target's hidden states (EAGLE, Medusa):
+    #: the engine then requests them and calls :meth:`observe_hidden`
+    needs_hidden: bool = False
+    #: how many trailing prompt positions' hidden states :meth:`observe_hidden` gets at prefill
+    hidden_window: int = 0
 
     def __init__(self) -> None:
         self.target: Backend | None = None
@@ -155,6 +160,10 @@ class Drafter(abc.ABC):
         cumulative confidence of its draft falls below this value (the adaptive
         policy would not verify further tokens).
         """
+
+    def observe_hidden(self, state: DraftState, start: int, hidden: np.ndarray) -> None:
+        """The target's final hidden states ``[n, H]`` after the context tokens at positions
+        ``start .. start+n-1`` (each row is what the target's head reads to predict the next token)."""
 
     def finish(self, state: DraftState) -> None:
         """The request ended; free its state."""

@@ -183,7 +183,7 @@ class Scheduler:
         self.gen.cost_model.update(total, dt)
         emitted = 0
         for (job, req, _), out in zip(live, outs):
-            new = req.commit(out.logits)
+            new = req.commit(out.logits, None, out.hidden)
             emitted += len(new)
             job.on_event("tokens", new)
             if req.done:

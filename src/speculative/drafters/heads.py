@@ -1,0 +1,294 @@
+"""Drafters built on draft heads that read the target's hidden states: EAGLE-style and Medusa.
+
+Both run in PyTorch beside either backend: the engine hands them the target's
+final hidden state of every committed token (llama.cpp returns it with the
+logits of the same decode; transformers returns it from the same forward).
+
+* ``eagle:NAME_OR_PATH`` drafts autoregressively in feature space (Li et al.
+  2024). With ``tree=B`` it proposes a token tree: the top-1 chain, plus the
+  next B-1 candidates at every depth as siblings (the shape EAGLE-2's dynamic
+  trees take for confident drafts, and the one llama.cpp's exact numerics
+  verify fully).
+* ``medusa:NAME_OR_PATH`` proposes a static tree from K heads' top candidates
+  (Cai et al. 2024); ``tree=0`` proposes their top-1 chain.
+
+The draft vocabulary is reduced (FR-Spec, Zhao et al. 2025); verification stays
+on the full vocabulary, so output is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..cost_model import AcceptanceCalibration
+from ..errors import ConfigError, VocabularyMismatchError
+from .base import DraftProposal, DraftState, Drafter, ShadowScorer
+
+_N_BINS = 10
+_MAX_POS_BUCKET = 3
+_PRIORS = {
+    (b, p): (2.0 * (b + 0.5) / _N_BINS, 2.0 * (1 - (b + 0.5) / _N_BINS))
+    for b in range(_N_BINS)
+    for p in range(_MAX_POS_BUCKET + 1)
+}
+
+
+def _bucket(conf: float, pos: int) -> tuple[int, int]:
+    return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
+
+
+def target_weights_for(backend, vocab_ids, device="cpu"):
+    """The target's input embeddings and LM-head rows of ``vocab_ids``, from its own weights."""
+    from ..training.heads import TargetWeights
+
+    embed, head = target_embedding_matrices(backend)
+    return TargetWeights(embed, np.asarray(head[np.asarray(vocab_ids)], dtype=np.float32), device=device)
+
+
+def target_embedding_matrices(backend) -> tuple[np.ndarray, np.ndarray]:
+    """(input embeddings [V, H] float16, output head [V, H]) of a loaded target."""
+    cached = getattr(backend, "_embedding_matrices", None)
+    if cached is not None:
+        return cached
+    if backend.name == "llama.cpp":
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+
+        r = GGUFReader(str(backend.path))
+        tensors = {t.name: t for t in r.tensors}
+        emb = dequantize(tensors["token_embd.weight"].data, tensors["token_embd.weight"].tensor_type).astype(np.float16)
+        if "output.weight" in tensors:
+            head = dequantize(tensors["output.weight"].data, tensors["output.weight"].tensor_type).astype(np.float16)
+        else:
+            head = emb
+    else:
+        emb = backend.model.get_input_embeddings().weight.detach().float().cpu().numpy().astype(np.float16)
+        head = backend.model.get_output_embeddings().weight.detach().float().cpu().numpy().astype(np.float16)
+    backend._embedding_matrices = (emb, head)
+    return emb, head
+
+
+@dataclass
+class HeadState(DraftState):
+    feats: dict[int, np.ndarray] = field(default_factory=dict)  # position -> target hidden state
+    cache: object = None  # HeadCache (EAGLE)
+    pairs: list[int] = field(default_factory=list)  # context tokens fed into the cache as pair inputs
+    first: int = 0  # position of the first pair in the cache
+    scorer: ShadowScorer = field(default_factory=ShadowScorer)
+
+
+class _HeadDrafter(Drafter):
+    needs_hidden = True
+
+    def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu"):
+        super().__init__()
+        import torch
+
+        from ..training.heads import load_head
+
+        self.folder = Path(folder)
+        if not (self.folder / "drafter.json").is_file():
+            raise ConfigError(f"{folder} is not a trained drafter folder (no drafter.json)")
+        self.head, self.cfg = load_head(self.folder, device)
+        self.device = device
+        self.tree = int(tree)
+        self.vocab_ids = np.asarray(self.cfg.vocab_ids, dtype=np.int64)
+        self._torch = torch
+        torch.set_grad_enabled(False)
+        self.weights = None
+
+    def bind(self, target) -> None:
+        if self.cfg.target_vocab_size and target.vocab_size != self.cfg.target_vocab_size:
+            raise VocabularyMismatchError(
+                f"drafter {self.folder.name} was trained for a {self.cfg.target_vocab_size:,}-token vocabulary "
+                f"({self.cfg.target}); target {target.model_id} has {target.vocab_size:,}"
+            )
+        if self.cfg.hidden_size != target.hidden_size:
+            raise ConfigError(
+                f"drafter {self.folder.name} reads {self.cfg.hidden_size}-wide hidden states; "
+                f"target {target.model_id} has {target.hidden_size}"
+            )
+        self.weights = target_weights_for(target, self.vocab_ids, self.device)
+        super().bind(target)
+
+    def observe_hidden(self, state: HeadState, start: int, hidden) -> None:
+        for i, row in enumerate(np.asarray(hidden, dtype=np.float32)):
+            state.feats[start + i] = row
+        # forget features the window can no longer reach
+        if len(state.feats) > 4 * self.hidden_window + 64:
+            horizon = max(state.feats) - 2 * self.hidden_window - 32
+            for p in [p for p in state.feats if p < horizon]:
+                del state.feats[p]
+
+    def _probs(self, logits):
+        p = self._torch.softmax(logits.float(), dim=-1)
+        return p
+
+
+class EagleDrafter(_HeadDrafter):
+    """``eagle:NAME_OR_PATH[,tree=B]``: an EAGLE-style head (one decoder layer over target features)."""
+
+    kind = "eagle"
+
+    def __init__(self, folder, tree: int = 0, device: str = "cpu"):
+        super().__init__(folder, tree, device)
+        if self.cfg.method != "eagle":
+            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not an eagle one")
+        self.hidden_window = self.cfg.window
+
+    @property
+    def description(self) -> str:
+        return f"eagle:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
+
+    def start(self, prompt) -> HeadState:
+        from ..training.heads import HeadCache
+
+        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
+        st.first = max(0, len(prompt) - self.hidden_window)
+        return st
+
+    def _sync(self, st: HeadState, context) -> object:
+        """Feed the true (feature, next token) pairs up to the last committed token; return the last output."""
+        torch = self._torch
+        st.cache.truncate(len(st.pairs))  # drop the pairs of the last draft (they used predicted features)
+        # keep the true pairs that still agree with the context
+        n_ok = 0
+        while n_ok < len(st.pairs) and st.first + n_ok + 1 < len(context) and st.pairs[n_ok] == context[st.first + n_ok + 1]:
+            n_ok += 1
+        if n_ok < len(st.pairs):
+            st.cache.truncate(n_ok)
+            del st.pairs[n_ok:]
+        # the window slides: restart from the last window of positions when the gap is too large
+        last = len(context) - 2  # the last fed position (its feature is known)
+        if last - (st.first + len(st.pairs)) > self.hidden_window or (st.first + len(st.pairs)) < last - 4 * self.hidden_window:
+            from ..training.heads import HeadCache
+
+            st.cache = HeadCache()
+            st.pairs = []
+            st.first = max(min(st.feats), last - self.hidden_window + 1)
+        js = [j for j in range(st.first + len(st.pairs), last + 1) if j in st.feats]
+        if not js or js != list(range(js[0], last + 1)):
+            return None  # features missing (should not happen)
+        f = torch.from_numpy(np.stack([st.feats[j] for j in js]))
+        toks = torch.tensor([int(context[j + 1]) for j in js])
+        out = self.head.step(f, self.weights.embed_tokens(toks), st.cache)
+        st.pairs.extend(int(context[j + 1]) for j in js)
+        return out[-1]
+
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+        torch = self._torch
+        state.scorer.score(context)
+        cal = state.scorer.calibration
+        feat = self._sync(state, context)
+        if feat is None:
+            return DraftProposal()
+        tokens, conf, parents, buckets, spine_toks = [], [], [], [], []
+        cum = 1.0
+        parent = -1
+        for depth in range(max_tokens):
+            logits = feat @ self.weights.lm_head.T
+            p = self._probs(logits)
+            k = max(1, self.tree) if self.tree else 1
+            top = torch.topk(p, k)
+            ids = [int(self.vocab_ids[i]) for i in top.indices.tolist()]
+            probs = top.values.tolist()
+            spine_node = None
+            for rank, (tok, q) in enumerate(zip(ids, probs)):
+                c = cal.estimate(_bucket(q, depth)) if rank == 0 else q * cal.estimate(_bucket(probs[0], depth))
+                tokens.append(tok)
+                conf.append(c)
+                parents.append(parent)
+                if rank == 0:
+                    spine_node = len(tokens) - 1
+                    buckets.append(_bucket(q, depth))
+                    spine_toks.append(tok)
+            parent = spine_node
+            cum *= conf[spine_node]
+            if depth + 1 >= max_tokens or cum < min_confidence:
+                break
+            tok = torch.tensor([tokens[spine_node]])
+            feat = self.head.step(feat[None], self.weights.embed_tokens(tok), state.cache)[0]
+        state.scorer.record(len(context), spine_toks, buckets)
+        if not self.tree:
+            return DraftProposal(tokens=tokens, confidence=conf)
+        return DraftProposal(tokens=tokens, confidence=conf, parents=parents)
+
+    def finish(self, state) -> None:
+        state.feats.clear()
+
+
+class MedusaDrafter(_HeadDrafter):
+    """``medusa:NAME_OR_PATH[,tree=B]``: K Medusa heads; a chain of their top-1 tokens, or a tree with
+    the top-B candidates of every head on the top-1 path."""
+
+    kind = "medusa"
+    hidden_window = 1
+
+    def __init__(self, folder, tree: int = 0, device: str = "cpu"):
+        super().__init__(folder, tree, device)
+        if self.cfg.method != "medusa":
+            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not a medusa one")
+        self.own_lm = None  # imported Medusa-1 heads carry their own LM heads [K, V, H]
+        if (self.folder / "lm_heads.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            self.own_lm = load_file(str(self.folder / "lm_heads.safetensors"))["lm_heads"].to(device)
+
+    def bind(self, target) -> None:
+        if self.own_lm is None:
+            return super().bind(target)
+        if self.cfg.hidden_size != target.hidden_size or self.own_lm.shape[1] != target.vocab_size:
+            raise VocabularyMismatchError(
+                f"Medusa heads {self.folder.name} ({self.own_lm.shape[1]:,} tokens, width {self.cfg.hidden_size}) "
+                f"do not fit target {target.model_id} ({target.vocab_size:,} tokens, width {target.hidden_size})"
+            )
+        Drafter.bind(self, target)
+
+    @property
+    def description(self) -> str:
+        return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
+
+    def start(self, prompt) -> HeadState:
+        return HeadState(prompt_len=len(prompt), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
+
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+        torch = self._torch
+        state.scorer.score(context)
+        cal = state.scorer.calibration
+        last = len(context) - 2
+        if last not in state.feats:
+            return DraftProposal()
+        f = torch.from_numpy(state.feats[last])
+        heads = self.head(f)  # [K, H]
+        if self.own_lm is not None:
+            probs = self._probs(torch.einsum("kh,kvh->kv", heads, self.own_lm))
+        else:
+            probs = self._probs(heads @ self.weights.lm_head.T)  # [K, Vr]
+        k = max(1, self.tree) if self.tree else 1
+        tokens, conf, parents, buckets, spine_toks = [], [], [], [], []
+        parent = -1
+        for depth in range(min(max_tokens, probs.shape[0])):
+            top = torch.topk(probs[depth], k)
+            ids = [int(self.vocab_ids[i]) for i in top.indices.tolist()]
+            vals = top.values.tolist()
+            spine_node = None
+            for rank, (tok, q) in enumerate(zip(ids, vals)):
+                c = cal.estimate(_bucket(q, depth)) if rank == 0 else q * cal.estimate(_bucket(vals[0], depth))
+                tokens.append(tok)
+                conf.append(c)
+                parents.append(parent)
+                if rank == 0:
+                    spine_node = len(tokens) - 1
+                    buckets.append(_bucket(q, depth))
+                    spine_toks.append(tok)
+            parent = spine_node
+        state.scorer.record(len(context), spine_toks, buckets)
+        if not self.tree:
+            return DraftProposal(tokens=tokens, confidence=conf)
+        return DraftProposal(tokens=tokens, confidence=conf, parents=parents)
+
+    def finish(self, state) -> None:
+        state.feats.clear()

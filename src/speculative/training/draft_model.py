@@ -1,0 +1,283 @@
+"""Small draft models distilled from the target (llama-architecture targets).
+
+The draft is a transformers ``LlamaForCausalLM`` with the target's hidden size,
+tokenizer, embeddings and (tied) output head, and ``n_layers`` decoder layers
+initialized from evenly spaced target layers (Leviathan et al. 2023 use
+independent small models; initializing from the target is the cheap way to a
+well-matched one). It is trained by distillation on the target's top-k logits
+at its own output positions (soft cross-entropy; Zhou et al. 2024, DistillSpec,
+use the same forward-KL family).
+
+Size counts non-embedding parameters; embeddings and the output head are the
+target's, frozen, and are not stored with the drafter: the shipped folder holds
+the layers only (int8 per row), and :func:`assemble_gguf` writes a complete GGUF
+(target's token embeddings and tokenizer + the trained layers) into the cache
+for llama.cpp, with the gguf package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+LAYERS_FILE = "layers.safetensors"
+
+
+def _hf_target_dir(target: str) -> Path:
+    from ..backends.transformers import convert_gguf
+    from ..models import resolve
+
+    src = resolve(target)
+    if src.kind != "gguf":
+        return Path(src.location)
+    return convert_gguf(src.location, progress=True)
+
+
+def build_draft(target: str, n_layers: int, intermediate: int | None = None):
+    """A draft ``LlamaForCausalLM`` initialized from the target's layers (evenly spaced) and its embeddings."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
+
+    folder = _hf_target_dir(target)
+    tcfg = AutoConfig.from_pretrained(folder)
+    if tcfg.model_type != "llama":
+        raise ValueError(f"draft-model training supports llama-architecture targets; {target} is {tcfg.model_type} "
+                         f"(train an eagle or medusa head instead)")
+    cfg = AutoConfig.from_pretrained(folder)
+    cfg.num_hidden_layers = int(n_layers)
+    if intermediate:
+        cfg.intermediate_size = int(intermediate)
+    draft = LlamaForCausalLM(cfg)
+    tgt = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    picks = np.linspace(0, tcfg.num_hidden_layers - 1, num=n_layers).round().astype(int).tolist()
+    sd_t = tgt.state_dict()
+    sd_d = draft.state_dict()
+    with torch.no_grad():
+        for name in sd_d:
+            if name.startswith("model.layers."):
+                parts = name.split(".")
+                src_name = ".".join(parts[:2] + [str(picks[int(parts[2])])] + parts[3:])
+                w = sd_t[src_name]
+                d = sd_d[name]
+                if w.shape != d.shape:  # a narrower MLP: keep the first neurons
+                    w = w[tuple(slice(0, s) for s in d.shape)]
+                d.copy_(w)
+            elif name in sd_t:
+                sd_d[name].copy_(sd_t[name])
+    draft.load_state_dict(sd_d)
+    draft.model.embed_tokens.weight.requires_grad_(False)
+    return draft, picks
+
+
+def non_embedding_parameters(model) -> int:
+    return sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
+
+
+def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[dict], epochs: int = 2,
+                      lr: float = 5e-4, batch_size: int = 8, intermediate: int | None = None, progress: bool = True,
+                      max_len: int = 384) -> dict:
+    """Distill a draft model; checkpoint per epoch; returns training metrics."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    draft, picks = build_draft(target, n_layers, intermediate)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    steps = math.ceil(len(examples) / batch_size) * epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    ckpt = out_dir / "checkpoint.pt"
+    start, history = 0, []
+    if ckpt.exists():
+        st = torch.load(ckpt, weights_only=False)
+        draft.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        sched.load_state_dict(st["sched"])
+        start, history = st["epoch"], st["history"]
+    E = draft.model.embed_tokens.weight
+
+    def batch_loss(batch):
+        T = min(max_len, max(len(e["tokens"]) for e in batch))
+        ids = torch.zeros((len(batch), T), dtype=torch.long)
+        attn = torch.zeros((len(batch), T), dtype=torch.long)
+        sel_b, sel_t, tk_ids, tk_p = [], [], [], []
+        for b, e in enumerate(batch):
+            toks = e["tokens"][-T:]
+            off = len(e["tokens"]) - len(toks)
+            ids[b, : len(toks)] = torch.from_numpy(toks.astype(np.int64))
+            attn[b, : len(toks)] = 1
+            pl = e["prompt_len"]
+            for i in range(len(e["lse"])):
+                pos = pl - 1 + i - off  # position whose next token is output i
+                if 0 <= pos < len(toks):
+                    sel_b.append(b)
+                    sel_t.append(pos)
+                    tk_ids.append(e["topk_ids"][i])
+                    tk_p.append(np.exp(e["topk_vals"][i].astype(np.float32) - e["lse"][i]))
+        h = draft.model(input_ids=ids, attention_mask=attn).last_hidden_state
+        hs = h[torch.tensor(sel_b), torch.tensor(sel_t)]
+        logq = F.log_softmax(hs @ E.T, dim=-1)
+        tid = torch.from_numpy(np.asarray(tk_ids, dtype=np.int64))
+        tp = torch.from_numpy(np.asarray(tk_p, dtype=np.float32))
+        tp = tp / tp.sum(-1, keepdim=True)
+        loss = -(tp * logq.gather(1, tid)).sum(-1).mean()
+        top1 = (logq.argmax(-1) == tid[torch.arange(len(tid)), tp.argmax(-1)]).float().mean().item()
+        return loss, top1
+
+    rng = np.random.default_rng(0)
+    t0 = time.time()
+    for epoch in range(start, epochs):
+        draft.train()
+        order = rng.permutation(len(examples))
+        bar = tqdm(total=math.ceil(len(order) / batch_size), desc=f"train draft-model ({n_layers} layers) epoch {epoch + 1}/{epochs}",
+                   disable=not progress)
+        losses = []
+        for i in range(0, len(order), batch_size):
+            loss, top1 = batch_loss([examples[j] for j in order[i : i + batch_size]])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", top1=f"{top1:.2f}")
+            bar.update(1)
+        bar.close()
+        history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses))})
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": draft.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                    "epoch": epoch + 1, "history": history}, tmp)
+        tmp.replace(ckpt)
+    draft.eval()
+    return {"model": draft, "picks": picks, "history": history, "train_seconds": time.time() - t0,
+            "non_embedding_parameters": non_embedding_parameters(draft)}
+
+
+# ---- storage and GGUF ---------------------------------------------------------------------------
+
+
+def save_layers(draft, folder: Path, target: str, target_gguf: str) -> None:
+    """The shipped form: decoder layers and final norm (int8 per row), no embeddings."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, t in draft.state_dict().items():
+        if "embed_tokens" in name or "lm_head" in name:
+            continue
+        t = t.detach().float().contiguous()
+        if t.ndim == 2:
+            scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+            tensors[name + ".int8"] = torch.round(t / scale).to(torch.int8).contiguous()
+            tensors[name + ".scale"] = scale.contiguous()
+        else:
+            tensors[name] = t
+    save_file(tensors, str(folder / LAYERS_FILE))
+    cfg = draft.config
+    (folder / "drafter.json").write_text(json.dumps({
+        "method": "draft-model", "target": target, "target_gguf_name": Path(target_gguf).name,
+        "num_hidden_layers": cfg.num_hidden_layers, "intermediate_size": cfg.intermediate_size,
+        "hidden_size": cfg.hidden_size, "non_embedding_parameters": non_embedding_parameters(draft),
+    }, indent=1))
+
+
+def load_layers(folder: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    raw = load_file(str(folder / LAYERS_FILE))
+    out = {}
+    for name, t in raw.items():
+        if name.endswith(".int8"):
+            base = name[: -len(".int8")]
+            out[base] = t.astype(np.float32) * raw[base + ".scale"]
+        elif not name.endswith(".scale"):
+            out[name] = t.astype(np.float32)
+    return out
+
+
+def _permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Hugging Face's rotary layout -> llama.cpp's (interleaved halves per head), for q and k rows."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_HF_TO_GGUF = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_gguf(layers: dict[str, np.ndarray], target_gguf: str, out_path: Path, n_layers: int, intermediate: int) -> Path:
+    """A llama GGUF: the target's metadata, tokenizer and token embeddings, and the draft's layers (F16)."""
+    import gguf
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    from ..cache import atomic_path
+
+    r = GGUFReader(target_gguf)
+    arch = r.fields["general.architecture"].contents()
+    n_head = int(r.fields[f"{arch}.attention.head_count"].contents())
+    n_kv = int(r.fields[f"{arch}.attention.head_count_kv"].contents())
+    with atomic_path(out_path) as tmp:
+        w = GGUFWriter(str(tmp), arch)
+        skip = {"general.architecture", f"{arch}.block_count", f"{arch}.feed_forward_length", "general.file_type",
+                "general.name", "general.quantization_version"}
+        for name, field in r.fields.items():
+            if name.startswith("GGUF.") or name in skip:
+                continue
+            vtype = field.types[0]
+            sub = field.types[1] if vtype == GGUFValueType.ARRAY and len(field.types) > 1 else None
+            w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+        w.add_block_count(n_layers)
+        w.add_feed_forward_length(intermediate)
+        w.add_name(f"{Path(target_gguf).stem} draft ({n_layers} layers)")
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+        for t in r.tensors:
+            if t.name == "token_embd.weight":
+                w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)  # quantized bytes, unchanged
+        for name, arr in layers.items():
+            if name == "model.norm.weight":
+                w.add_tensor("output_norm.weight", arr.astype(np.float32))
+                continue
+            if not name.startswith("model.layers."):
+                continue
+            parts = name.split(".")
+            i, rest = int(parts[2]), ".".join(parts[3:])
+            if rest not in _HF_TO_GGUF:
+                continue
+            a = arr
+            if rest == "self_attn.q_proj.weight":
+                a = _permute_qk(a, n_head)
+            elif rest == "self_attn.k_proj.weight":
+                a = _permute_qk(a, n_kv)
+            a = a.astype(np.float32 if a.ndim == 1 else np.float16)
+            w.add_tensor(f"blk.{i}.{_HF_TO_GGUF[rest]}", a)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    return out_path
+
+
+def assemble_gguf(folder: Path, target_gguf: str) -> Path:
+    """The cached GGUF of a shipped draft-model folder (written once per target file)."""
+    from ..cache import cache_dir, file_key
+
+    meta = json.loads((folder / "drafter.json").read_text())
+    out = cache_dir("drafters") / f"{folder.name}-{file_key(folder / LAYERS_FILE)}-{file_key(target_gguf)}.gguf"
+    if out.is_file():
+        return out
+    return write_gguf(load_layers(folder), target_gguf, out, meta["num_hidden_layers"], meta["intermediate_size"])

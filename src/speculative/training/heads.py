@@ -1,0 +1,284 @@
+"""Draft heads that read the target's hidden states (PyTorch): EAGLE-style and Medusa.
+
+EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking
+Feature Uncertainty", section 4): a single decoder layer that, at position t,
+reads the target's feature f_t (the final hidden state, which the target's LM
+head maps to the distribution of token t+1) and the embedding of token t+1,
+and predicts the feature f_{t+1}; the target's LM head turns it into the
+distribution of token t+2. Drafting is autoregressive in feature space. Here
+the layer attends to a sliding window of its own past inputs (``window``
+positions), so a drafter needs the target's features of only the last
+``window`` prompt tokens.
+
+Medusa (Cai et al. 2024, "Medusa: Simple LLM Inference Acceleration Framework
+with Multiple Decoding Heads", section 2.1.1): K residual blocks on f_t; head k
+predicts token t+k+1 (token t+1 being the target's own prediction).
+
+Both use a reduced draft vocabulary (FR-Spec, Zhao et al. 2025): the output
+rows of the target's LM head for the most frequent output tokens, frozen.
+Input embeddings and LM-head rows come from the target's own weights at load
+time and are not stored with the head.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+HEAD_FILE = "head.safetensors"
+CONFIG_FILE = "drafter.json"
+
+
+@dataclass
+class HeadConfig:
+    """Architecture of a draft head.
+
+    Attributes:
+        method: "eagle" or "medusa".
+        hidden_size: the target's hidden size H (the features' width).
+        vocab_ids: target token ids of the reduced draft vocabulary (most frequent first).
+        n_heads, n_kv_heads, head_dim, intermediate_size, window, rope_theta: the EAGLE layer.
+        medusa_heads: K, the number of Medusa heads.
+        target: the target this head was trained for (registry name or file name).
+        target_vocab_size: the target's vocabulary size.
+    """
+
+    method: str
+    hidden_size: int
+    vocab_ids: list[int] = field(default_factory=list)
+    n_heads: int = 8
+    n_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 1024
+    window: int = 32
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    medusa_heads: int = 3
+    fc_bias: bool = True
+    target: str = ""
+    target_vocab_size: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> HeadConfig:
+        d = json.loads(text)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of ``x`` [..., T, D] at integer positions ``pos`` [T] (half-split convention)."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class TargetWeights:
+    """The target's input embeddings (full vocabulary) and LM-head rows of the draft vocabulary, frozen."""
+
+    def __init__(self, embed: np.ndarray, lm_head_rows: np.ndarray, device="cpu", dtype=torch.float32):
+        self.embed = torch.from_numpy(np.ascontiguousarray(embed)).to(device=device)  # [V, H] (fp16 to save memory)
+        self.lm_head = torch.from_numpy(np.ascontiguousarray(lm_head_rows)).to(device=device, dtype=dtype)  # [Vr, H]
+        self.dtype = dtype
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed[ids].to(self.dtype)
+
+
+class EagleHead(nn.Module):
+    """One decoder layer over (feature, next-token embedding) pairs, predicting the next feature."""
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, nh, nkv, hd = cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        # EAGLE-1 / speculators "eagle" layout: fusion fc, then a decoder layer without input norm
+        self.fc = nn.Linear(2 * h, h, bias=cfg.fc_bias)
+        self.q_proj = nn.Linear(h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.post_norm = RMSNorm(h, cfg.norm_eps)
+        self.gate = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
+        nn.init.zeros_(self.o_proj.weight)
+        nn.init.zeros_(self.down.weight)
+
+    def _qkv(self, x, pos):
+        c = self.cfg
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        return _rope(q, pos, c.rope_theta), _rope(k, pos, c.rope_theta), v
+
+    def _attend(self, q, k, v, mask):
+        rep = self.cfg.n_heads // self.cfg.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        B, _, T, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+    def _block(self, x, attn_out):
+        h = x + attn_out
+        return h + self.down(F.silu(self.gate(self.post_norm(h))) * self.up(self.post_norm(h)))
+
+    def forward(self, features: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
+        """Training: features [B, T, H] and embeddings of the next tokens [B, T, H] -> predicted next features.
+
+        The fusion input is [features, embeddings] (EAGLE's original order is embeddings first;
+        :mod:`speculative.interchange` swaps the halves of ``fc`` on export and import)."""
+        B, T, _ = features.shape
+        x = self.fc(torch.cat([features, next_embeds], dim=-1))
+        pos = torch.arange(T, device=x.device)
+        q, k, v = self._qkv(x, pos)
+        i = pos[:, None]
+        j = pos[None, :]
+        mask = (j <= i) & (j > i - self.cfg.window)
+        return self._block(x, self._attend(q, k, v, mask))
+
+    # ---- incremental use (drafting) ----------------------------------------------------------
+
+    def step(self, features: torch.Tensor, next_embeds: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+        """Append n (feature, next embedding) pairs [n, H] to ``cache``; returns their outputs [n, H]."""
+        x = self.fc(torch.cat([features, next_embeds], dim=-1))[None]  # [1, n, H]
+        n = x.shape[1]
+        pos = torch.arange(cache.length, cache.length + n, device=x.device)
+        q, k, v = self._qkv(x, pos)
+        cache.append(k, v)
+        K, V, kpos = cache.window_kv(self.cfg.window + n)
+        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - self.cfg.window)
+        return self._block(x, self._attend(q, K, V, mask))[0]
+
+
+class HeadCache:
+    """Keys/values of an EAGLE head's past inputs, with rollback (rows are positions)."""
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None  # [1, nkv, T, hd]
+        self.v: torch.Tensor | None = None
+        self.length = 0
+
+    def append(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        self.length += k.shape[2]
+
+    def window_kv(self, n: int):
+        start = max(0, self.length - n)
+        pos = torch.arange(start, self.length, device=self.k.device)
+        return self.k[:, :, start:], self.v[:, :, start:], pos
+
+    def truncate(self, n: int) -> None:
+        if n < self.length:
+            self.k = self.k[:, :, :n]
+            self.v = self.v[:, :, :n]
+            self.length = n
+
+
+class MedusaHeads(nn.Module):
+    """K residual blocks on the target's feature; block k feeds the frozen LM-head rows to predict token t+k+1."""
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        self.cfg = cfg
+        h = cfg.hidden_size
+        self.blocks = nn.ModuleList([nn.Linear(h, h) for _ in range(cfg.medusa_heads)])
+        for b in self.blocks:
+            nn.init.zeros_(b.weight)
+            nn.init.zeros_(b.bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., H] -> per-head features [K, ..., H] (residual blocks, Medusa-1)."""
+        return torch.stack([features + F.silu(b(features)) for b in self.blocks])
+
+
+def build_head(cfg: HeadConfig) -> nn.Module:
+    if cfg.method == "eagle":
+        return EagleHead(cfg)
+    if cfg.method == "medusa":
+        return MedusaHeads(cfg)
+    raise ValueError(f"unknown head method {cfg.method!r}")
+
+
+# ---- storage ----------------------------------------------------------------------------------
+
+
+def save_head(head: nn.Module, cfg: HeadConfig, folder: Path, int8: bool = True) -> None:
+    """Write ``drafter.json`` and ``head.safetensors`` (int8 per-row weights + fp32 scales when ``int8``)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, t in head.state_dict().items():
+        t = t.detach().float().cpu().contiguous()
+        if int8 and t.ndim == 2 and t.numel() >= 4096:
+            scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+            tensors[name + ".int8"] = torch.round(t / scale).to(torch.int8).contiguous()
+            tensors[name + ".scale"] = scale.contiguous()
+        else:
+            tensors[name] = t
+    save_file(tensors, str(folder / HEAD_FILE))
+    (folder / CONFIG_FILE).write_text(cfg.to_json())
+
+
+def load_head(folder: Path, device="cpu") -> tuple[nn.Module, HeadConfig]:
+    from safetensors.torch import load_file
+
+    cfg = HeadConfig.from_json((folder / CONFIG_FILE).read_text())
+    raw = load_file(str(folder / HEAD_FILE))
+    state = {}
+    for name, t in raw.items():
+        if name.endswith(".int8"):
+            base = name[: -len(".int8")]
+            state[base] = t.float() * raw[base + ".scale"]
+        elif name.endswith(".scale"):
+            continue
+        else:
+            state[name] = t
+    head = build_head(cfg)
+    head.load_state_dict(state)
+    head.eval().to(device)
+    return head, cfg
+
+
+def count_parameters(head: nn.Module) -> int:
+    return sum(p.numel() for p in head.parameters())
+
+
+def default_head_config(method: str, hidden_size: int, vocab_ids: list[int], target: str, target_vocab: int) -> HeadConfig:
+    """Head dimensions for a target of this hidden size: heads of 64 dims, MLP twice the width."""
+    n_heads = max(1, hidden_size // 64)
+    return HeadConfig(
+        method=method, hidden_size=hidden_size, vocab_ids=list(map(int, vocab_ids)), n_heads=n_heads,
+        n_kv_heads=max(1, n_heads // 4) if n_heads % 4 == 0 else n_heads, head_dim=64,
+        intermediate_size=2 * hidden_size, target=target, target_vocab_size=int(target_vocab),
+    )
+
+
+def lm_head_logits(features: torch.Tensor, weights: TargetWeights) -> torch.Tensor:
+    """Draft-vocabulary logits of features [..., H]."""
+    return features @ weights.lm_head.T

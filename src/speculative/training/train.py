@@ -1,0 +1,289 @@
+"""``speculative train-drafter``: train a drafter on the target's own outputs, resumably.
+
+Pipeline (each stage resumes where it stopped):
+  1. data: greedy continuations of the project's prompts, with hidden states and
+     top-k logits (:mod:`speculative.training.data`);
+  2. the draft vocabulary: the ``draft_vocab`` most frequent output tokens (FR-Spec);
+  3. training, with a checkpoint after every epoch (model, optimizer, epoch);
+  4. export of the drafter folder (``drafter.json`` + ``head.safetensors``);
+  5. a held-out acceptance estimate on the development prompts
+     (``src/speculative/data/devset.jsonl``): greedy, k = 4, mean accepted tokens per step.
+
+EAGLE loss (Li et al. 2024, section 4.2): cross-entropy of the target's next
+token through the frozen LM-head rows, plus a Smooth-L1 regression of the next
+feature; inputs get Gaussian noise, and a second unrolled step feeds the head's
+own predicted features, as it sees them when drafting (EAGLE-3's training-time
+test, Li et al. 2025). Medusa loss: cross-entropy of token t+1+k for head k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .data import DataConfig, generate_data, load_shards, token_frequencies
+
+
+@dataclass
+class TrainConfig:
+    method: str = "eagle"
+    epochs: int = 6
+    lr: float = 2e-3
+    batch_size: int = 16
+    draft_vocab: int = 8192
+    reg_weight: float = 0.5
+    noise: float = 0.1
+    unroll: bool = True
+    medusa_heads: int = 3
+    seed: int = 0
+    threads: int | None = None
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+def _batches(examples, batch_size, rng):
+    order = rng.permutation(len(examples))
+    for i in range(0, len(order), batch_size):
+        yield [examples[j] for j in order[i : i + batch_size]]
+
+
+def _eagle_tensors(batch, vocab_index, torch):
+    """Pad a batch to [B, T]: features f_j, next tokens x_{j+1}, target features f_{j+1}, labels x_{j+2}."""
+    T = max(len(e["feats"]) for e in batch)
+    H = batch[0]["feats"].shape[1]
+    B = len(batch)
+    feats = np.zeros((B, T, H), np.float32)
+    nxt = np.zeros((B, T), np.int64)
+    tfeat = np.zeros((B, T, H), np.float32)
+    reg_mask = np.zeros((B, T), bool)
+    labels = np.full((B, T), -100, np.int64)
+    for b, e in enumerate(batch):
+        f, toks, fs, pl = e["feats"], e["tokens"], e["feat_start"], e["prompt_len"]
+        n = len(f)
+        feats[b, :n] = f
+        for i in range(n):
+            j = fs + i
+            nxt[b, i] = toks[j + 1]
+            if i + 1 < n:
+                tfeat[b, i] = f[i + 1]
+                reg_mask[b, i] = True
+            if j + 2 < len(toks) and j + 2 >= pl:
+                labels[b, i] = vocab_index.get(int(toks[j + 2]), -100)
+    return (torch.from_numpy(feats), torch.from_numpy(nxt), torch.from_numpy(tfeat), torch.from_numpy(reg_mask),
+            torch.from_numpy(labels))
+
+
+def _medusa_tensors(batch, vocab_index, K, torch):
+    rows, labels = [], []
+    for e in batch:
+        f, toks, fs, pl = e["feats"], e["tokens"], e["feat_start"], e["prompt_len"]
+        for i in range(len(f)):
+            j = fs + i
+            if j + 1 < pl:
+                continue
+            lab = []
+            for k in range(1, K + 1):
+                t = j + 1 + k
+                lab.append(vocab_index.get(int(toks[t]), -100) if t < len(toks) else -100)
+            rows.append(f[i])
+            labels.append(lab)
+    return torch.from_numpy(np.asarray(rows, np.float32)), torch.from_numpy(np.asarray(labels, np.int64))
+
+
+def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool = True) -> dict:
+    """Run (or resume) the whole pipeline; returns the metrics written to ``metrics.json``."""
+    import torch
+    from tqdm import tqdm
+
+    from ..backends import load_backend
+    from ..drafters.heads import target_embedding_matrices
+    from .heads import TargetWeights, build_head, count_parameters, default_head_config, save_head
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+    t_start = time.time()
+    data_dir = generate_data(target, out_dir, cfg.data, progress=progress)
+    t_data = time.time() - t_start
+    examples = load_shards(data_dir)
+    if not examples:
+        raise RuntimeError("no training data was generated")
+
+    backend = load_backend(target, "llama.cpp", n_ctx=512, check_numerics=False)
+    try:
+        embed, head_w = target_embedding_matrices(backend)
+        V, H = backend.vocab_size, backend.hidden_size
+        eos = sorted(backend.eos_token_ids)
+        target_name = backend.model_id
+    finally:
+        backend.close()
+    freq = token_frequencies(examples, V)
+    order = np.argsort(-freq, kind="stable")
+    vocab_ids = [int(t) for t in order[: cfg.draft_vocab] if freq[t] > 0]
+    vocab_ids += [t for t in eos if t not in set(vocab_ids)]
+    vocab_index = {t: i for i, t in enumerate(vocab_ids)}
+    weights = TargetWeights(embed, np.asarray(head_w[np.asarray(vocab_ids)], np.float32))
+    hcfg = default_head_config(cfg.method, H, vocab_ids, target_name, V)
+    hcfg.medusa_heads = cfg.medusa_heads
+    head = build_head(hcfg)
+    params = count_parameters(head)
+
+    rng = np.random.default_rng(cfg.seed)
+    perm = rng.permutation(len(examples))
+    n_val = max(1, len(examples) // 20)
+    val = [examples[i] for i in perm[:n_val]]
+    train = [examples[i] for i in perm[n_val:]]
+    feat_scale = float(np.sqrt(np.mean([np.mean(e["feats"].astype(np.float32) ** 2) for e in train[:50]])))
+
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=0.01)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
+    )
+    ckpt = out_dir / "checkpoint.pt"
+    start_epoch, history = 0, []
+    if ckpt.exists():
+        st = torch.load(ckpt, weights_only=False)
+        head.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        sched.load_state_dict(st["sched"])
+        start_epoch, history = st["epoch"], st["history"]
+
+    def loss_of(batch, train_mode: bool):
+        if cfg.method == "eagle":
+            feats, nxt, tfeat, reg_mask, labels = _eagle_tensors(batch, vocab_index, torch)
+            emb = weights.embed_tokens(nxt)
+            x = feats + (torch.randn_like(feats) * cfg.noise * feat_scale if train_mode else 0)
+            pred = head(x, emb)
+            lg = pred @ weights.lm_head.T
+            ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            reg = torch.nn.functional.smooth_l1_loss(pred[reg_mask] / feat_scale, tfeat[reg_mask] / feat_scale)
+            loss = ce + cfg.reg_weight * reg
+            acc = ((lg.argmax(-1) == labels) & (labels >= 0)).sum().item() / max(1, (labels >= 0).sum().item())
+            if cfg.unroll:
+                # second step: position j's input feature is the head's own prediction made at j-1
+                x2 = torch.cat([feats[:, :1], pred[:, :-1]], dim=1)
+                pred2 = head(x2, emb)
+                lg2 = pred2 @ weights.lm_head.T
+                ce2 = torch.nn.functional.cross_entropy(lg2.reshape(-1, lg2.shape[-1]), labels.reshape(-1), ignore_index=-100)
+                loss = loss + 0.5 * ce2
+            return loss, acc
+        rows, labels = _medusa_tensors(batch, vocab_index, cfg.medusa_heads, torch)
+        if len(rows) == 0:
+            return None, 0.0
+        hs = head(rows)  # [K, N, H]
+        lg = hs @ weights.lm_head.T
+        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), labels.T.reshape(-1), ignore_index=-100)
+        acc = ((lg[0].argmax(-1) == labels[:, 0]) & (labels[:, 0] >= 0)).sum().item() / max(1, (labels[:, 0] >= 0).sum().item())
+        return loss, acc
+
+    t_train0 = time.time()
+    for epoch in range(start_epoch, cfg.epochs):
+        head.train()
+        bar = tqdm(total=steps_per_epoch, desc=f"train {cfg.method} epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
+        losses = []
+        for batch in _batches(train, cfg.batch_size, np.random.default_rng(cfg.seed + epoch)):
+            loss, acc = loss_of(batch, True)
+            if loss is None:
+                continue
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", acc=f"{acc:.2f}")
+            bar.update(1)
+        bar.close()
+        head.eval()
+        with torch.no_grad():
+            vl = [loss_of(val[i : i + cfg.batch_size], False) for i in range(0, len(val), cfg.batch_size)]
+        vl = [(x.item(), a) for x, a in vl if x is not None]
+        history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "val_loss": float(np.mean([x for x, _ in vl])),
+                        "val_top1": float(np.mean([a for _, a in vl]))})
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                    "epoch": epoch + 1, "history": history}, tmp)
+        tmp.replace(ckpt)
+    t_train = time.time() - t_train0
+
+    drafter_dir = out_dir / "drafter"
+    save_head(head, hcfg, drafter_dir)
+    metrics = {
+        "target": target_name,
+        "method": cfg.method,
+        "head_parameters": params,
+        "draft_vocab": len(vocab_ids),
+        "examples": len(examples),
+        "data_seconds": t_data,
+        "train_seconds": t_train,
+        "history": history,
+    }
+    metrics["heldout"] = evaluate_drafter(target, drafter_dir, cfg.method)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    return metrics
+
+
+def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_layers: int = 2,
+                               intermediate: int | None = None, progress: bool = True) -> dict:
+    """draft-model method: data, distillation, GGUF + Hugging Face export, held-out estimate."""
+    from ..models import resolve
+    from .draft_model import assemble_gguf, save_layers, train_draft_model
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "train_config.json").write_text(json.dumps({**asdict(cfg), "n_layers": n_layers,
+                                                           "intermediate": intermediate}, indent=1))
+    t0 = time.time()
+    data_dir = generate_data(target, out_dir, cfg.data, progress=progress)
+    t_data = time.time() - t0
+    examples = load_shards(data_dir)
+    res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
+                            intermediate=intermediate, progress=progress)
+    draft = res.pop("model")
+    gguf_target = resolve(target).location
+    drafter_dir = out_dir / "drafter"
+    save_layers(draft, drafter_dir, target, gguf_target)
+    gguf_path = assemble_gguf(drafter_dir, gguf_target)
+    export = out_dir / "draft.gguf"
+    export.write_bytes(gguf_path.read_bytes())
+    draft.save_pretrained(str(out_dir / "hf"))
+    metrics = {"target": target, "method": "draft-model", "n_layers": n_layers, "data_seconds": t_data, **res,
+               "gguf": str(export), "hf": str(out_dir / "hf")}
+    metrics["heldout"] = evaluate_drafter(target, export, "model")
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    return metrics
+
+
+def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
+                     tree: int = 0) -> dict:
+    """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts."""
+    from ..bench.datasets import load_questions
+    from ..engine import SpeculativeGenerator
+
+    spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "")
+    gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
+    try:
+        total = None
+        for q in load_questions("dev"):
+            r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
+            total = r.stats if total is None else total.merge(r.stats)
+        draft_steps = sum(total.accept_counts)
+        return {
+            "prompts": "dev",
+            "k": k,
+            "mean_accepted_tokens": total.mean_accepted_tokens,
+            "mean_accepted_tokens_per_draft_step": (total.accepted_tokens + draft_steps) / max(1, draft_steps),
+            "acceptance_rate": total.acceptance_rate,
+            "per_position_acceptance": total.per_position_acceptance,
+        }
+    finally:
+        gen.close()
