@@ -236,6 +236,7 @@ def cmd_train_drafter(args) -> int:
     cfg = TrainConfig(
         method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
+        data_from=args.data_from,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens),
     )
     saved = out / "train_config.json"
@@ -263,6 +264,46 @@ def cmd_train_drafter(args) -> int:
     spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
     target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
     print(f"use it with: --drafter {spec}:{target_file}")
+    return 0
+
+
+def cmd_export_drafter(args) -> int:
+    from .drafters import trained_drafter_dir
+    from .interchange import export_eagle, export_medusa
+    from .training.heads import HeadConfig
+
+    folder = trained_drafter_dir(args.drafter)
+    cfg = HeadConfig.from_json((folder / "drafter.json").read_text())
+    if args.format in ("speculators", "eagle"):
+        out = export_eagle(folder, args.output, args.format, verifier=args.verifier or "", speculative_tokens=args.k)
+    else:
+        from .backends import load_backend
+        from .drafters.heads import target_embedding_matrices
+
+        b = load_backend(args.target or cfg.target, n_ctx=256, check_numerics=False)
+        try:
+            _, head = target_embedding_matrices(b)
+            out = export_medusa(folder, args.output, head, verifier=args.verifier or "")
+        finally:
+            b.close()
+    print(f"wrote {out} ({args.format} layout)")
+    return 0
+
+
+def cmd_import_drafter(args) -> int:
+    from .interchange import detect_layout, import_checkpoint
+
+    vocab = 0
+    if args.target:
+        from .backends import load_backend
+
+        b = load_backend(args.target, args.backend, n_ctx=256, check_numerics=False)
+        vocab = b.vocab_size
+        b.close()
+    layout = detect_layout(args.source)
+    out = import_checkpoint(args.source, args.output, target_name=args.target or "", target_vocab_size=vocab)
+    kind = "medusa" if layout == "medusa" else "eagle"
+    print(f"imported {layout} checkpoint into {out}; use it with --drafter {kind}:{out}")
     return 0
 
 
@@ -397,8 +438,25 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--layers", type=int, default=2, help="draft-model: decoder layers (default 2)")
     tr.add_argument("--intermediate", type=int, default=None, help="draft-model: MLP width (default: the target's)")
     tr.add_argument("--threads", type=int, default=None)
+    tr.add_argument("--data-from", default=None, help="reuse the training data of another run folder (same target and data settings)")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
+
+    ex = sub.add_parser("export-drafter", help="export a trained head to vLLM's speculators format, EAGLE-1 or Medusa-1 layout")
+    ex.add_argument("drafter", help="shipped drafter name or trained drafter folder")
+    ex.add_argument("--format", required=True, choices=("speculators", "eagle", "medusa"))
+    ex.add_argument("--output", "-o", required=True)
+    ex.add_argument("--verifier", default=None, help="the target's Hugging Face id or path, recorded in the config")
+    ex.add_argument("--target", default=None, help="medusa: the target whose LM head the heads use (default: the trained one)")
+    ex.add_argument("--k", type=int, default=5, help="speculators: speculative tokens of the proposal method (default 5)")
+    ex.set_defaults(func=cmd_export_drafter)
+
+    im = sub.add_parser("import-drafter", help="import a published EAGLE-1, speculators (eagle) or Medusa-1 checkpoint folder")
+    im.add_argument("source", help="checkpoint folder (config.json and weights)")
+    im.add_argument("--output", "-o", required=True)
+    im.add_argument("--target", default=None, help="the target it will run with (checks the vocabulary)")
+    im.add_argument("--backend", default="transformers", choices=("llama.cpp", "transformers"))
+    im.set_defaults(func=cmd_import_drafter)
 
     pr = sub.add_parser("profile", help="measure the target's verification cost T(n) and the speedup ceiling per k")
     _add_model_options(pr, drafter=False)

@@ -148,6 +148,40 @@ register(
     )
 )
 
+def _register_shipped_draft_models() -> None:
+    """Draft models trained by this project ship as layers only (``data/drafters/NAME``); their GGUF
+    (the target's token embeddings and tokenizer + the trained layers) is assembled into the cache on first use."""
+    import json
+    from importlib import resources
+
+    root = Path(str(resources.files("speculative") / "data" / "drafters"))
+    if not root.is_dir():
+        return
+    for meta_path in sorted(root.glob("*/drafter.json")):
+        meta = json.loads(meta_path.read_text())
+        if meta.get("method") != "draft-model":
+            continue
+        folder = meta_path.parent
+        target_name = meta["target"]
+
+        def locate(entry, folder=folder, target_name=target_name):
+            from .training.draft_model import assemble_gguf
+
+            return assemble_gguf(folder, REGISTRY[target_name].gguf_path())
+
+        register(RegisteredModel(
+            name=folder.name,
+            description=f"draft model for {target_name}: {meta['num_hidden_layers']} layers, "
+            f"{meta['non_embedding_parameters'] / 1e6:.1f}M non-embedding parameters (trained by this project)",
+            packages=REGISTRY[target_name].packages,
+            sha256=None,
+            hf_id=None,
+            locate=locate,
+        ))
+
+
+_register_shipped_draft_models()
+
 DEFAULT_TARGET = "smollm2-135m-instruct"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

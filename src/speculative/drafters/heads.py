@@ -97,7 +97,6 @@ class _HeadDrafter(Drafter):
         self.tree = int(tree)
         self.vocab_ids = np.asarray(self.cfg.vocab_ids, dtype=np.int64)
         self._torch = torch
-        torch.set_grad_enabled(False)
         self.weights = None
 
     def bind(self, target) -> None:
@@ -126,6 +125,10 @@ class _HeadDrafter(Drafter):
     def _probs(self, logits):
         p = self._torch.softmax(logits.float(), dim=-1)
         return p
+
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+        with self._torch.inference_mode():
+            return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
 
 
 class EagleDrafter(_HeadDrafter):
@@ -178,7 +181,7 @@ class EagleDrafter(_HeadDrafter):
         st.pairs.extend(int(context[j + 1]) for j in js)
         return out[-1]
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+    def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
         state.scorer.score(context)
         cal = state.scorer.calibration
@@ -254,7 +257,7 @@ class MedusaDrafter(_HeadDrafter):
     def start(self, prompt) -> HeadState:
         return HeadState(prompt_len=len(prompt), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+    def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
         state.scorer.score(context)
         cal = state.scorer.calibration

@@ -125,6 +125,10 @@ class EagleHead(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
         nn.init.zeros_(self.o_proj.weight)
         nn.init.zeros_(self.down.weight)
+        self.drop = nn.Dropout(0.0)  # training only; no parameters, so checkpoints are unaffected
+
+    def set_dropout(self, p: float) -> None:
+        self.drop.p = float(p)
 
     def _qkv(self, x, pos):
         c = self.cfg
@@ -143,8 +147,9 @@ class EagleHead(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
     def _block(self, x, attn_out):
-        h = x + attn_out
-        return h + self.down(F.silu(self.gate(self.post_norm(h))) * self.up(self.post_norm(h)))
+        h = x + self.drop(attn_out)
+        n = self.post_norm(h)
+        return h + self.drop(self.down(F.silu(self.gate(n)) * self.up(n)))
 
     def forward(self, features: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
         """Training: features [B, T, H] and embeddings of the next tokens [B, T, H] -> predicted next features.

@@ -98,11 +98,14 @@ def _math_prompt(rng: random.Random) -> str:
 
 
 def stage_a_prompts(n: int, seed: int = 0) -> list[str]:
-    """``n`` stage-A prompts, deterministic for a seed."""
+    """``n`` distinct stage-A prompts, deterministic for a seed."""
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
+    seen: set[str] = set()
     kinds = ["topic"] * 6 + ["code", "math", "translate"]
-    while len(out) < n:
+    for _ in range(50 * n):
+        if len(out) >= n:
+            break
         kind = rng.choice(kinds)
         if kind == "topic":
             t, u = rng.sample(TOPICS, 2)
@@ -114,6 +117,10 @@ def stage_a_prompts(n: int, seed: int = 0) -> list[str]:
         else:
             lang, s = rng.choice(SENTENCES)
             out.append(f"Translate {lang} to English: {s}")
+        if out[-1] in seen:
+            out.pop()
+        else:
+            seen.add(out[-1])
     return out
 
 

@@ -42,6 +42,11 @@ class TrainConfig:
     medusa_heads: int = 3
     seed: int = 0
     threads: int | None = None
+    eval_prompts: int | None = None  # development prompts for the held-out estimate (None: all)
+    data_from: str | None = None  # reuse the data folder of another run (same target)
+    extra_data: list[str] = field(default_factory=list)  # more run folders whose data/ to add
+    dropout: float = 0.1
+    weight_decay: float = 0.05
     data: DataConfig = field(default_factory=DataConfig)
 
 
@@ -52,29 +57,49 @@ def _batches(examples, batch_size, rng):
 
 
 def _eagle_tensors(batch, vocab_index, torch):
-    """Pad a batch to [B, T]: features f_j, next tokens x_{j+1}, target features f_{j+1}, labels x_{j+2}."""
+    """Pad a batch to [B, T]: features f_j, next tokens x_{j+1}, target features f_{j+1}, labels x_{j+2},
+    and the target's own distribution of x_{j+2} over its top-k tokens (soft labels, [B, T, k])."""
     T = max(len(e["feats"]) for e in batch)
     H = batch[0]["feats"].shape[1]
+    K = batch[0]["topk_ids"].shape[1]
     B = len(batch)
     feats = np.zeros((B, T, H), np.float32)
     nxt = np.zeros((B, T), np.int64)
     tfeat = np.zeros((B, T, H), np.float32)
     reg_mask = np.zeros((B, T), bool)
     labels = np.full((B, T), -100, np.int64)
+    soft_ids = np.zeros((B, T, K), np.int64)
+    soft_p = np.zeros((B, T, K), np.float32)
+    lookup = np.vectorize(lambda t: vocab_index.get(int(t), -1), otypes=[np.int64])
     for b, e in enumerate(batch):
         f, toks, fs, pl = e["feats"], e["tokens"], e["feat_start"], e["prompt_len"]
         n = len(f)
         feats[b, :n] = f
+        js = fs + np.arange(n)
+        nxt[b, :n] = toks[js + 1]
+        tfeat[b, : n - 1] = f[1:]
+        reg_mask[b, : n - 1] = True
         for i in range(n):
-            j = fs + i
-            nxt[b, i] = toks[j + 1]
-            if i + 1 < n:
-                tfeat[b, i] = f[i + 1]
-                reg_mask[b, i] = True
-            if j + 2 < len(toks) and j + 2 >= pl:
-                labels[b, i] = vocab_index.get(int(toks[j + 2]), -100)
-    return (torch.from_numpy(feats), torch.from_numpy(nxt), torch.from_numpy(tfeat), torch.from_numpy(reg_mask),
-            torch.from_numpy(labels))
+            t = int(js[i]) + 2
+            if pl <= t < len(toks):
+                labels[b, i] = vocab_index.get(int(toks[t]), -100)
+                o = t - pl
+                ids = lookup(e["topk_ids"][o])
+                p = np.exp(e["topk_vals"][o].astype(np.float32) - e["lse"][o])
+                keep = ids >= 0
+                soft_ids[b, i] = np.where(keep, ids, 0)
+                soft_p[b, i] = np.where(keep, p, 0.0)
+    t = torch.from_numpy
+    return t(feats), t(nxt), t(tfeat), t(reg_mask), t(labels), t(soft_ids), t(soft_p)
+
+
+def _soft_ce(logits, soft_ids, soft_p, labels, torch):
+    """Cross-entropy against the target's distribution (its top-k mass inside the draft vocabulary)."""
+    logq = torch.log_softmax(logits, dim=-1)
+    picked = logq.gather(-1, soft_ids)
+    mask = labels >= 0
+    per = -(soft_p * picked).sum(-1) / soft_p.sum(-1).clamp_min(1e-6)
+    return per[mask].mean() if mask.any() else logits.sum() * 0
 
 
 def _medusa_tensors(batch, vocab_index, K, torch):
@@ -110,9 +135,11 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     torch.manual_seed(cfg.seed)
     (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=1))
     t_start = time.time()
-    data_dir = generate_data(target, out_dir, cfg.data, progress=progress)
+    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
     t_data = time.time() - t_start
     examples = load_shards(data_dir)
+    for extra in cfg.extra_data:
+        examples += load_shards(Path(extra) / "data")
     if not examples:
         raise RuntimeError("no training data was generated")
 
@@ -133,6 +160,8 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     hcfg = default_head_config(cfg.method, H, vocab_ids, target_name, V)
     hcfg.medusa_heads = cfg.medusa_heads
     head = build_head(hcfg)
+    if hasattr(head, "set_dropout"):
+        head.set_dropout(cfg.dropout)
     params = count_parameters(head)
 
     rng = np.random.default_rng(cfg.seed)
@@ -142,7 +171,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     train = [examples[i] for i in perm[n_val:]]
     feat_scale = float(np.sqrt(np.mean([np.mean(e["feats"].astype(np.float32) ** 2) for e in train[:50]])))
 
-    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -159,22 +188,23 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
 
     def loss_of(batch, train_mode: bool):
         if cfg.method == "eagle":
-            feats, nxt, tfeat, reg_mask, labels = _eagle_tensors(batch, vocab_index, torch)
+            feats, nxt, tfeat, reg_mask, labels, soft_ids, soft_p = _eagle_tensors(batch, vocab_index, torch)
             emb = weights.embed_tokens(nxt)
             x = feats + (torch.randn_like(feats) * cfg.noise * feat_scale if train_mode else 0)
             pred = head(x, emb)
             lg = pred @ weights.lm_head.T
-            ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            ce = _soft_ce(lg, soft_ids, soft_p, labels, torch)
             reg = torch.nn.functional.smooth_l1_loss(pred[reg_mask] / feat_scale, tfeat[reg_mask] / feat_scale)
             loss = ce + cfg.reg_weight * reg
             acc = ((lg.argmax(-1) == labels) & (labels >= 0)).sum().item() / max(1, (labels >= 0).sum().item())
             if cfg.unroll:
-                # second step: position j's input feature is the head's own prediction made at j-1
-                x2 = torch.cat([feats[:, :1], pred[:, :-1]], dim=1)
-                pred2 = head(x2, emb)
-                lg2 = pred2 @ weights.lm_head.T
-                ce2 = torch.nn.functional.cross_entropy(lg2.reshape(-1, lg2.shape[-1]), labels.reshape(-1), ignore_index=-100)
-                loss = loss + 0.5 * ce2
+                # unrolled steps: position j's input feature is the head's own prediction made at j-1,
+                # as when drafting (EAGLE-3's training-time test)
+                prev = pred
+                for w in (0.5, 0.25):
+                    xs = torch.cat([feats[:, :1], prev[:, :-1]], dim=1)
+                    prev = head(xs, emb)
+                    loss = loss + w * _soft_ce(prev @ weights.lm_head.T, soft_ids, soft_p, labels, torch)
             return loss, acc
         rows, labels = _medusa_tensors(batch, vocab_index, cfg.medusa_heads, torch)
         if len(rows) == 0:
@@ -227,7 +257,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         "train_seconds": t_train,
         "history": history,
     }
-    metrics["heldout"] = evaluate_drafter(target, drafter_dir, cfg.method)
+    metrics["heldout"] = evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
 
@@ -243,11 +273,11 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     (out_dir / "train_config.json").write_text(json.dumps({**asdict(cfg), "n_layers": n_layers,
                                                            "intermediate": intermediate}, indent=1))
     t0 = time.time()
-    data_dir = generate_data(target, out_dir, cfg.data, progress=progress)
+    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
     t_data = time.time() - t0
     examples = load_shards(data_dir)
     res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                            intermediate=intermediate, progress=progress)
+                            intermediate=intermediate, progress=progress, lr=cfg.lr if cfg.lr != TrainConfig.lr else 5e-4)
     draft = res.pop("model")
     gguf_target = resolve(target).location
     drafter_dir = out_dir / "drafter"
@@ -258,13 +288,13 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     draft.save_pretrained(str(out_dir / "hf"))
     metrics = {"target": target, "method": "draft-model", "n_layers": n_layers, "data_seconds": t_data, **res,
                "gguf": str(export), "hf": str(out_dir / "hf")}
-    metrics["heldout"] = evaluate_drafter(target, export, "model")
+    metrics["heldout"] = evaluate_drafter(target, export, "model", n_prompts=cfg.eval_prompts)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return metrics
 
 
 def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
-                     tree: int = 0) -> dict:
+                     tree: int = 0, n_prompts: int | None = None) -> dict:
     """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts."""
     from ..bench.datasets import load_questions
     from ..engine import SpeculativeGenerator
@@ -273,7 +303,7 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
     gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
     try:
         total = None
-        for q in load_questions("dev"):
+        for q in load_questions("dev")[:n_prompts]:
             r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
             total = r.stats if total is None else total.merge(r.stats)
         draft_steps = sum(total.accept_counts)

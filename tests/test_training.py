@@ -1,0 +1,104 @@
+"""Training smoke tests (a few steps on a tiny slice: the loss goes down), resume, and the GGUF export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from speculative.backends.llama_cpp import LlamaCppBackend
+from speculative.backends.base import ForwardRequest
+from speculative.models import resolve
+from speculative.training.data import DataConfig, load_shards
+from speculative.training.prompts import stage_a_prompts, stage_b_prompts
+from speculative.training.train import TrainConfig, train_drafter
+
+TARGET = "smollm2-135m-instruct"
+TINY = DataConfig(prompts_a=6, prompts_b=2, max_new_tokens=40, window=16)
+
+
+def test_training_prompts_are_our_own():
+    from speculative.bench.datasets import load_questions
+
+    a = stage_a_prompts(300, seed=0)
+    assert len(a) == 300 and len(set(a)) > 250 and a == stage_a_prompts(300, seed=0)
+    b = stage_b_prompts(["word " * 50, "short"], seed=0)
+    assert len(b) == 1 and "word word" in b[0]
+    bench = {t for q in load_questions("spec-bench") for t in q.turns} | {t for q in load_questions("dev") for t in q.turns}
+    assert not (set(a) & bench)
+
+
+@pytest.mark.parametrize("method", ["eagle", "medusa"])
+def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method):
+    out = tmp_path_factory.mktemp(method)
+    cfg = TrainConfig(method=method, epochs=3, batch_size=2, lr=3e-3, draft_vocab=2048, data=TINY, eval_prompts=2)
+    m = train_drafter(TARGET, out, cfg, progress=False)
+    losses = [h["train_loss"] for h in m["history"]]
+    assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert (out / "drafter" / "drafter.json").is_file() and (out / "checkpoint.pt").is_file()
+    assert 1.0 <= m["heldout"]["mean_accepted_tokens"] <= 5.0
+    # resume: more epochs continue from the checkpoint; the data is not generated again
+    shards = sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz"))
+    m2 = train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
+    assert [h["epoch"] for h in m2["history"]] == [1, 2, 3, 4]
+    assert m2["history"][:3] == m["history"]
+    assert sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz")) == shards
+
+
+def test_data_generation_resumes_after_a_lost_shard(tmp_path):
+    from speculative.training.data import generate_data
+
+    cfg = DataConfig(prompts_a=60, prompts_b=0, max_new_tokens=4, window=8)
+    d = generate_data(TARGET, tmp_path, cfg, progress=False)
+    shards = sorted(d.glob("*.npz"))
+    assert len(shards) == 2
+    before = load_shards(d)
+    shards[1].unlink()
+    generate_data(TARGET, tmp_path, cfg, progress=False)
+    after = load_shards(d)
+    assert len(after) == len(before) == 60
+    assert all(np.array_equal(x["tokens"], y["tokens"]) for x, y in zip(before, after))
+
+
+def test_draft_model_distillation_loss_goes_down(tmp_path):
+    from speculative.training.data import generate_data
+    from speculative.training.draft_model import train_draft_model
+
+    generate_data(TARGET, tmp_path, TINY, progress=False)
+    ex = load_shards(tmp_path / "data")
+    res = train_draft_model(TARGET, tmp_path / "dm", 1, ex, epochs=3, batch_size=2, lr=1e-3, intermediate=256,
+                            progress=False)
+    losses = [h["train_loss"] for h in res["history"]]
+    assert losses[-1] < losses[0], losses
+    assert res["non_embedding_parameters"] < 0.02 * 106e6
+
+
+def test_gguf_export_matches_the_pytorch_draft(tmp_path):
+    """The draft model written to GGUF runs in llama.cpp with the PyTorch model's logits (within tolerance)."""
+    from speculative.training.draft_model import assemble_gguf, build_draft, load_layers, save_layers
+
+    draft, picks = build_draft(TARGET, 2)
+    assert picks == [0, 29]
+    target_gguf = resolve(TARGET).location
+    save_layers(draft, tmp_path / "d", TARGET, target_gguf)
+    meta = json.loads((tmp_path / "d" / "drafter.json").read_text())
+    assert meta["num_hidden_layers"] == 2 and (tmp_path / "d" / "layers.safetensors").stat().st_size < 8e6
+    gguf_path = assemble_gguf(tmp_path / "d", target_gguf)
+    sd = draft.state_dict()
+    for k, v in load_layers(tmp_path / "d").items():  # the shipped (int8) weights
+        sd[k] = torch.from_numpy(v)
+    draft.load_state_dict(sd)
+    b = LlamaCppBackend(gguf_path, n_ctx=256)
+    try:
+        ids = b.encode("Speculative decoding drafts tokens and verifies them with the target model.")
+        lc = b.forward([ForwardRequest(0, ids, logits="all")])[0].logits.copy()
+    finally:
+        b.close()
+    with torch.no_grad():
+        hf = draft(torch.tensor([ids])).logits[0].numpy()
+    cos = (hf * lc).sum(-1) / np.linalg.norm(hf, axis=-1) / np.linalg.norm(lc, axis=-1)
+    assert cos.min() > 0.9999, cos.min()
+    assert (hf.argmax(-1) == lc.argmax(-1)).mean() >= 0.9
+    assert np.abs(hf - lc).max() < 1.0
