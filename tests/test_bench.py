@@ -51,6 +51,7 @@ def test_smoke_run_schema_and_markdown(tmp_path, capsys):
                 assert key in m
     ours = next(m for m in res["methods"] if m["method"] == "model:smollm2-135m-instruct,ctx=512")
     assert ours["greedy_match_fraction"] == 1.0 and "predicted" in ours and ours["acceptance_rate"] == 1.0
+    assert ours["drafter_size_fraction"] == 1.0 and ours["drafter_parameters"] > 90e6  # the target drafting for itself
     md = (out / "results.md").read_text()
     assert "| method | MT-Bench | QA | #MAT | overall (95% CI) |" in md
     assert "| ngram |" in md and "## Per method" in md and "## Acceptance by draft position" in md
@@ -159,6 +160,32 @@ def test_predicted_speedup_from_stats_by_hand():
     e_verify = (4 * 0.025 + 6 * 0.010) / 10
     assert p["tau"] == pytest.approx(tau)
     assert p["speedup"] == pytest.approx(tau * 0.010 / (0.001 * 1.2 + e_verify))
+
+
+def test_drafter_size_table_and_plot(tmp_path):
+    from speculative.bench.report import markdown, plots
+
+    def method(label, k, frac, alpha, tau, speedup, pred):
+        return {"method": label, "kind": "ours", "k": k, "questions": 2, "new_tokens": 10, "tokens_per_second": 1.0,
+                "decode_tokens_per_second": 1.0, "speedup": {"mean": speedup, "ci95": [speedup, speedup]},
+                "decode_speedup": {"mean": speedup, "ci95": [speedup, speedup]}, "speedup_by_category": {},
+                "greedy_match_fraction": 1.0, "rss_peak_mb": 1.0, "drafter_parameters": frac * 1e8,
+                "drafter_size_fraction": frac, "acceptance_rate": alpha, "mean_accepted_tokens": tau,
+                "predicted": {"speedup": pred}, "stats": {}}
+
+    ms = [method(f"model:d{i} k={k}", k, frac, 0.3 + i / 10, 1.2 + i / 5, 0.8, 0.9)
+          for i, frac in enumerate((0.01, 0.03, 0.1)) for k in (1, 2)]
+    ms += [method("ngram", 4, 0, 0.4, 1.5, 1.1, 1.2), method("ngram,tree=3", 4, 0, 0.3, 1.75, 1.0, 1.1)]
+    for m in ms[-2:]:
+        del m["drafter_parameters"], m["drafter_size_fraction"]
+    res = {"config": {"target": "t", "backend": "llama.cpp", "dataset": "dev", "max_new_tokens": 8,
+                      "temperature": 0.0, "k": 2, "draft_policy": "fixed"},
+           "environment": {k: "x" for k in ("date", "speculative", "llama_cpp_python", "torch", "transformers", "cpus", "machine")},
+           "questions": 2, "methods": ms, "failures": []}
+    md = markdown(res)
+    assert "## Drafter size" in md and "| model:d2 k=1 | 10.00 M | 10.0% | 50.0% | 1.60 | 0.80x | 0.90x |" in md
+    assert "| ngram,tree=3 | 1.75 | 1.50 | +0.25 | 1.00x | 1.10x |" in md
+    assert "drafter_size.png" in plots(res, tmp_path) and (tmp_path / "drafter_size.png").stat().st_size > 1000
 
 
 def test_geometric_mean_interval():

@@ -102,3 +102,13 @@ def test_gguf_export_matches_the_pytorch_draft(tmp_path):
     assert cos.min() > 0.9999, cos.min()
     assert (hf.argmax(-1) == lc.argmax(-1)).mean() >= 0.9
     assert np.abs(hf - lc).max() < 1.0
+
+
+def test_draft_vocabulary_ranks_outputs_then_candidates_then_prompts_then_low_ids():
+    from speculative.training.data import draft_vocabulary
+
+    ex = {"tokens": np.array([50, 51, 51, 9, 9, 9, 7], dtype=np.int32), "prompt_len": 3,
+          "topk_ids": np.array([[9, 40], [9, 41], [7, 40], [7, 40]], dtype=np.int32)}
+    # outputs: 9 (x3), 7; candidates: 40 (x3), 41; prompts: 51 (x2), 50; then lowest ids 0, 1, ...
+    assert draft_vocabulary([ex], 64, 8) == [9, 7, 40, 41, 51, 50, 0, 1]
+    assert draft_vocabulary([ex], 64, 2, always=[63, 9]) == [9, 7, 63]

@@ -55,6 +55,18 @@ def test_choices_and_spine_first_layout():
     assert [t2[i] for i in path_to(p2, 2)] == [10, 12, 15]
 
 
+def test_fit_leaves_cuts_the_least_confident_leaves():
+    from speculative.engine import _fit_leaves
+
+    # spine 0 -> 2 -> 4, siblings 1 (of 0), 3 (of 2), 5 (of 4): four leaves (1, 3, 5 and spine end 4)
+    parents = [-1, -1, 0, 0, 2, 2]
+    conf = [0.9, 0.2, 0.8, 0.3, 0.7, 0.1]
+    assert _fit_leaves(list(range(6)), parents, conf, 0) == list(range(6))
+    assert _fit_leaves(list(range(6)), parents, conf, 3) == [0, 1, 2, 3, 4]
+    assert _fit_leaves(list(range(6)), parents, conf, 2) == [0, 2, 3, 4]
+    assert _fit_leaves(list(range(6)), parents, conf, 1) == [0, 2, 4]
+
+
 def test_greedy_tree_follows_the_target():
     toks = [10, 11, 12, 13, 14, 15]
     choice = {-1: 10, 0: 13, 3: 99}

@@ -124,7 +124,33 @@ def cmd_drafters(args) -> int:
         print(f"{name}\n  {t.help}")
         for key, help_ in t.options.items():
             print(f"    {key}=...  {help_}")
+    shipped = _shipped_drafter_lines()
+    if shipped:
+        print("\nshipped drafters (trained by this project):")
+        print("\n".join(shipped))
     return 0
+
+
+def _shipped_drafter_lines() -> list[str]:
+    from importlib import resources
+
+    from .drafters import shipped_drafters
+
+    root = Path(str(resources.files("speculative") / "data" / "drafters"))
+    lines = []
+    for name in shipped_drafters():
+        meta = json.loads((root / name / "drafter.json").read_text())
+        kind = {"draft-model": "model", "eagle": "eagle", "medusa": "medusa"}.get(meta.get("method"), meta.get("method"))
+        size = meta.get("non_embedding_parameters")
+        info = f"{size / 1e6:.1f}M non-embedding parameters" if size else f"{len(meta.get('vocab_ids', [])):,}-token draft vocabulary"
+        est = ""
+        tj = root / name / "training.json"
+        if tj.is_file():
+            h = json.loads(tj.read_text()).get("heldout") or {}
+            if h.get("mean_accepted_tokens"):
+                est = f"; development prompts: τ {h['mean_accepted_tokens']:.2f} at k = {h.get('k', 4)}"
+        lines.append(f"  --drafter {kind}:{name}  (for {meta.get('target')}; {info}{est})")
+    return lines
 
 
 def cmd_make_drafter(args) -> int:
@@ -228,6 +254,8 @@ def cmd_train_drafter(args) -> int:
         v = getattr(args, name)
         if v is not None and v < 1:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    if args.lr is not None and not 0 < args.lr < 1:
+        raise SpeculativeError(f"--lr must be between 0 and 1, got {args.lr}")
     out = Path(args.output)
     if args.epochs is None:
         args.epochs = 2 if args.method == "draft-model" else 6
@@ -236,6 +264,7 @@ def cmd_train_drafter(args) -> int:
     cfg = TrainConfig(
         method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
+        **({"lr": args.lr} if args.lr is not None else {}),
         data_from=args.data_from,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens),
     )
@@ -434,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-new-tokens", type=int, default=96, help="target tokens generated per prompt (default 96)")
     tr.add_argument("--epochs", type=int, default=None, help="default 6 (heads), 2 (draft-model)")
     tr.add_argument("--batch-size", type=int, default=None, help="default 16 (heads), 8 (draft-model)")
+    tr.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3 heads, 5e-4 draft-model)")
     tr.add_argument("--draft-vocab", type=int, default=8192, help="reduced draft vocabulary of heads (default 8192)")
     tr.add_argument("--layers", type=int, default=2, help="draft-model: decoder layers (default 2)")
     tr.add_argument("--intermediate", type=int, default=None, help="draft-model: MLP width (default: the target's)")

@@ -300,8 +300,10 @@ class DecodeRequest:
             sp_orig = {order[i] for i in sp}
             allowed = [i for i, p in enumerate(proposal.parents) if p < 0 or p in sp_orig]
         if cost is None or proposal.confidence is None or not n:
-            return list(range(n)) if allowed is None else sorted(allowed)
-        return choose_tree_nodes(proposal.parents, proposal.confidence[:n], cost, rate or self.rate(), allowed=allowed)
+            nodes = list(range(n)) if allowed is None else sorted(allowed)
+        else:
+            nodes = choose_tree_nodes(proposal.parents, proposal.confidence[:n], cost, rate or self.rate(), allowed=allowed)
+        return _fit_leaves(nodes, proposal.parents, proposal.confidence, getattr(self.target, "tree_width", 0))
 
     def choose(self, proposal: DraftProposal) -> int | list[int]:
         """What to verify of a proposal: a chain length, or tree node indices."""
@@ -494,6 +496,22 @@ def _limit_depth(p: DraftProposal, max_depth: int) -> DraftProposal:
         confidence=[p.confidence[i] for i in keep] if p.confidence is not None else None,
         parents=[(-1 if p.parents[i] < 0 else new[p.parents[i]]) for i in keep],
     )
+
+
+def _fit_leaves(nodes: list[int], parents: list[int], confidence: list[float] | None, max_leaves: int) -> list[int]:
+    """The selected tree ``nodes`` (indices into the proposal, ancestors included) cut to at most
+    ``max_leaves`` leaves (0: no limit), the backend's capacity (llama.cpp gives each leaf's path a
+    sequence id): the least confident leaf goes first (the last one without confidences), until it fits."""
+    if not max_leaves or not nodes:
+        return nodes
+    kept = set(nodes)
+    while True:
+        has_child = {parents[i] for i in kept if parents[i] >= 0}
+        leaves = [i for i in kept if i not in has_child]
+        if len(leaves) <= max_leaves:
+            return sorted(kept)
+        worst = min(leaves, key=lambda i: (confidence[i] if confidence is not None else 0.0, -i))
+        kept.discard(worst)
 
 
 def _prune_off_spine(toks: list[int], parents: list[int], orig: list[int]):

@@ -329,6 +329,11 @@ class Backend(abc.ABC):
                 f"(it must leave room for at least one new token; raise --ctx-size)"
             )
 
+    def non_embedding_parameters(self) -> int:
+        """Parameters outside the token embeddings and the output head (the usual measure of a
+        drafter's size relative to its target)."""
+        raise NotImplementedError
+
     def vocabulary_sample(self, n: int = 512) -> list[tuple[int, str]]:
         """(id, text) of evenly spread ids, first and last ids included; compares vocabularies cheaply."""
         v = self.vocab_size

@@ -241,6 +241,12 @@ class LlamaCppBackend(Backend):
             return None
         return tmpl.decode("utf-8", "replace")
 
+    def non_embedding_parameters(self) -> int:
+        from gguf import GGUFReader
+
+        r = GGUFReader(str(self.path))
+        return int(sum(int(t.n_elements) for t in r.tensors if t.name not in ("token_embd.weight", "output.weight")))
+
     def _cost_identity(self) -> str:
         from ..cache import file_key
 

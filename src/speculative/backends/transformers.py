@@ -200,6 +200,10 @@ class TransformersBackend(Backend):
         ids.update(vocab[t] for t in END_OF_TURN_TEXTS if t in vocab)
         return frozenset(i for i in ids if 0 <= i < self.vocab_size)
 
+    def non_embedding_parameters(self) -> int:
+        skip = {id(self.model.get_input_embeddings().weight), id(self.model.get_output_embeddings().weight)}
+        return int(sum(p.numel() for p in self.model.parameters() if id(p) not in skip))
+
     def _cost_identity(self) -> str:
         return f"{self.source.location}|{self.device}|{self.dtype}|threads={self._torch.get_num_threads()}"
 

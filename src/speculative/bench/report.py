@@ -99,6 +99,7 @@ def aggregate(runner, done: dict) -> dict:
     base_rows = {qid: done.get((qid, "baseline")) for qid in qids}
     out_methods = []
     failures = []
+    target_params = _parameters(getattr(getattr(methods[0], "gen", None), "target", None)) if methods else None
     for m in methods:
         rows = [done[(qid, m.label)] for qid in qids if (qid, m.label) in done]
         if not rows:
@@ -147,6 +148,13 @@ def aggregate(runner, done: dict) -> dict:
             "rss_peak_mb": max(r.get("rss_peak_mb", 0.0) for r in rows),
             "load_rss_mb": runner.load_rss_mb.get(m.label),
         }
+        gen = getattr(m, "gen", None)
+        if m.kind == "ours" and gen is not None:
+            n = gen.drafter.non_embedding_parameters()
+            if n is not None:
+                entry["drafter_parameters"] = n
+                if target_params:
+                    entry["drafter_size_fraction"] = n / target_params
         if any_stats:
             entry.update(
                 acceptance_rate=merged.acceptance_rate,
@@ -172,6 +180,21 @@ def aggregate(runner, done: dict) -> dict:
                     entry["predicted"] = pred
         out_methods.append(entry)
     return {"methods": out_methods, "failures": failures}
+
+
+def _chain_of(label: str) -> str:
+    """The chain drafter a tree method compares with: its label without the ``tree=N`` option."""
+    head, _, k = label.partition(" k=")
+    opts = [o for o in head.split(",") if not o.startswith("tree=")]
+    return ",".join(opts) + (f" k={k}" if k else "")
+
+
+def _parameters(backend) -> int | None:
+    """Non-embedding parameters of a backend's model (None where it cannot tell)."""
+    try:
+        return backend.non_embedding_parameters() if backend is not None else None
+    except (NotImplementedError, AttributeError, OSError):
+        return None
 
 
 def _mat(rows) -> float:
@@ -258,6 +281,31 @@ def markdown(results: dict) -> str:
         for m in pos:
             a = m["per_position_acceptance"] + [None] * (width - len(m["per_position_acceptance"]))
             lines.append(f"| {m['method']} | " + " | ".join(_fmt(x) for x in a) + " |")
+    chains = {m["method"]: m for m in results["methods"] if m["kind"] == "ours"}
+    trees = [(m, chains.get(_chain_of(m["method"]))) for m in chains.values() if _chain_of(m["method"]) != m["method"]]
+    trees = [(t, c) for t, c in trees if c is not None and "mean_accepted_tokens" in t and "mean_accepted_tokens" in c]
+    if trees:
+        lines += ["", "## Token trees against their chain drafter", "",
+                  "| tree method | τ tree | τ chain | gain in τ | decode speedup tree | decode speedup chain |",
+                  "|---|---|---|---|---|---|"]
+        for t, c in trees:
+            lines.append(f"| {t['method']} | {_fmt(t['mean_accepted_tokens'])} | {_fmt(c['mean_accepted_tokens'])} | "
+                         f"{t['mean_accepted_tokens'] - c['mean_accepted_tokens']:+.2f} | "
+                         f"{_fmt(t['decode_speedup']['mean'])}x | {_fmt(c['decode_speedup']['mean'])}x |")
+    sized = [m for m in results["methods"] if m.get("drafter_parameters")]
+    if sized:
+        lines += ["", "## Drafter size", "",
+                  "| method | non-embedding parameters | % of target | acceptance | τ | decode speedup | predicted |",
+                  "|---|---|---|---|---|---|---|"]
+        for m in sized:
+            frac = m.get("drafter_size_fraction")
+            pred = m.get("predicted", {}).get("speedup")
+            acc = m.get("acceptance_rate")
+            lines.append(f"| {m['method']} | {m['drafter_parameters'] / 1e6:.2f} M | "
+                         f"{_fmt(frac * 100, 1) + '%' if frac else '–'} | "
+                         f"{_fmt(acc * 100, 1) + '%' if acc is not None else '–'} | "
+                         f"{_fmt(m.get('mean_accepted_tokens', float('nan')))} | {_fmt(m['decode_speedup']['mean'])}x | "
+                         f"{_fmt(pred) + 'x' if pred else '–'} |")
     if results["failures"]:
         lines += ["", "## FAILURES: outputs that differ from plain greedy decoding", ""]
         lines += [f"- {f['method']} on question {f['question_id']}" for f in results["failures"]]
@@ -326,7 +374,36 @@ def plots(results: dict, out: Path) -> list[str]:
         fig.savefig(out / "speedup_vs_k.png", dpi=120)
         plt.close(fig)
         written.append("speedup_vs_k.png")
+    sized = [m for m in ms if m["kind"] == "ours" and m.get("drafter_size_fraction") and "acceptance_rate" in m]
+    if len({m["drafter_size_fraction"] for m in sized}) >= 2:
+        written.append(_drafter_size_plot(sized, out, plt))
     return written
+
+
+def _drafter_size_plot(sized: list[dict], out: Path, plt) -> str:
+    """Acceptance rate, mean accepted tokens and decode speedup (measured, and the cost model's
+    prediction) against drafter size, one line per k: the three knobs practitioners tune."""
+    by_k = defaultdict(list)
+    for m in sized:
+        by_k[m["k"]].append(m)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for k, group in sorted(by_k.items(), key=lambda kv: kv[0] or 0):
+        group.sort(key=lambda m: m["drafter_size_fraction"])
+        x = [100 * m["drafter_size_fraction"] for m in group]
+        axes[0].plot(x, [m["acceptance_rate"] for m in group], marker="o", label=f"k={k}")
+        axes[1].plot(x, [m["mean_accepted_tokens"] for m in group], marker="o", label=f"k={k}")
+        axes[2].plot(x, [m["decode_speedup"]["mean"] for m in group], marker="o", label=f"k={k} measured")
+        axes[2].plot(x, [m.get("predicted", {}).get("speedup", np.nan) for m in group], ls="--", marker="x",
+                     label=f"k={k} predicted")
+    for ax, ylabel in zip(axes, ("acceptance rate α", "mean accepted tokens per step τ", "decode speedup")):
+        ax.set_xlabel("drafter size (% of target's non-embedding parameters)")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    axes[2].axhline(1.0, color="k", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(out / "drafter_size.png", dpi=120)
+    plt.close(fig)
+    return "drafter_size.png"
 
 
 def write_reports(runner, done: dict) -> dict:

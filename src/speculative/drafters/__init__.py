@@ -138,7 +138,12 @@ def tree_leaves(spec: str | DrafterSpec) -> int:
     """Most leaves of the token trees a drafter spec may propose (0: chains only)."""
     if not isinstance(spec, DrafterSpec):
         spec = parse_drafter_spec(spec)
-    return _int_option(spec, "tree", 0, 0) or 0
+    width = _int_option(spec, "tree", 0, 0) or 0
+    if width and spec.kind in ("eagle", "medusa"):
+        # heads add width - 1 sibling leaves per depth along the spine; room for 8 depths
+        # (deeper trees are cut to fit, least confident leaves first)
+        return (width - 1) * 8 + 1
+    return width
 
 
 def _model(spec, target, ctx) -> Drafter:

@@ -132,6 +132,10 @@ class Drafter(abc.ABC):
     def description(self) -> str:
         return self.kind
 
+    def non_embedding_parameters(self) -> int | None:
+        """The drafter's own parameters outside token embeddings and output head (None: no model)."""
+        return None
+
     def bind(self, target: Backend) -> None:
         """Attach to the target once, checking compatibility (vocabulary, ...).
 

@@ -95,6 +95,9 @@ class DraftModelDrafter(Drafter):
     def description(self) -> str:
         return f"model:{self.model.model_id}"
 
+    def non_embedding_parameters(self) -> int:
+        return self.model.non_embedding_parameters()
+
     def bind(self, target: Backend) -> None:
         check_same_vocabulary(target, self.model)
         super().bind(target)

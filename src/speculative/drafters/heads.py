@@ -40,6 +40,46 @@ def _bucket(conf: float, pos: int) -> tuple[int, int]:
     return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
 
 
+class _TreeBuilder:
+    """Grows a draft along its top-1 path (the spine); with ``width`` > 1 every spine node also gets
+    its ``width`` - 1 runner-up siblings. Confidence of a spine token is the calibrated acceptance of
+    its (probability, depth) bucket; a sibling's is its probability times its spine sibling's."""
+
+    def __init__(self, cal: AcceptanceCalibration, width: int):
+        self.cal, self.width = cal, max(1, width)
+        self.tokens, self.conf, self.parents, self.buckets, self.spine = [], [], [], [], []
+        self.parent = -1
+
+    def add_level(self, probs, vocab_ids, depth: int) -> float:
+        """Add one depth from ``probs`` ([Vr] float tensor over the draft vocabulary); returns the spine
+        node's confidence."""
+        import torch
+
+        top = torch.topk(probs, self.width)
+        ids = [int(vocab_ids[i]) for i in top.indices.tolist()]
+        vals = top.values.tolist()
+        spine_conf = self.cal.estimate(_bucket(vals[0], depth))
+        spine_node = len(self.tokens)
+        for rank, (tok, q) in enumerate(zip(ids, vals)):
+            self.tokens.append(tok)
+            self.conf.append(spine_conf if rank == 0 else q * spine_conf)
+            self.parents.append(self.parent)
+        self.buckets.append(_bucket(vals[0], depth))
+        self.spine.append(ids[0])
+        self.parent = spine_node
+        return spine_conf
+
+    @property
+    def spine_token(self) -> int:
+        return self.tokens[self.parent]
+
+    def proposal(self, scorer, context_len: int, tree: bool) -> DraftProposal:
+        scorer.record(context_len, self.spine, self.buckets)
+        if not tree:
+            return DraftProposal(tokens=self.tokens, confidence=self.conf)
+        return DraftProposal(tokens=self.tokens, confidence=self.conf, parents=self.parents)
+
+
 def target_weights_for(backend, vocab_ids, device="cpu"):
     """The target's input embeddings and LM-head rows of ``vocab_ids``, from its own weights."""
     from ..training.heads import TargetWeights
@@ -130,6 +170,9 @@ class _HeadDrafter(Drafter):
         with self._torch.inference_mode():
             return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
 
+    def non_embedding_parameters(self) -> int:
+        return int(sum(p.numel() for p in self.head.parameters()))
+
 
 class EagleDrafter(_HeadDrafter):
     """``eagle:NAME_OR_PATH[,tree=B]``: an EAGLE-style head (one decoder layer over target features)."""
@@ -184,40 +227,18 @@ class EagleDrafter(_HeadDrafter):
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
         state.scorer.score(context)
-        cal = state.scorer.calibration
         feat = self._sync(state, context)
         if feat is None:
             return DraftProposal()
-        tokens, conf, parents, buckets, spine_toks = [], [], [], [], []
+        tb = _TreeBuilder(state.scorer.calibration, self.tree)
         cum = 1.0
-        parent = -1
         for depth in range(max_tokens):
-            logits = feat @ self.weights.lm_head.T
-            p = self._probs(logits)
-            k = max(1, self.tree) if self.tree else 1
-            top = torch.topk(p, k)
-            ids = [int(self.vocab_ids[i]) for i in top.indices.tolist()]
-            probs = top.values.tolist()
-            spine_node = None
-            for rank, (tok, q) in enumerate(zip(ids, probs)):
-                c = cal.estimate(_bucket(q, depth)) if rank == 0 else q * cal.estimate(_bucket(probs[0], depth))
-                tokens.append(tok)
-                conf.append(c)
-                parents.append(parent)
-                if rank == 0:
-                    spine_node = len(tokens) - 1
-                    buckets.append(_bucket(q, depth))
-                    spine_toks.append(tok)
-            parent = spine_node
-            cum *= conf[spine_node]
+            cum *= tb.add_level(self._probs(feat @ self.weights.lm_head.T), self.vocab_ids, depth)
             if depth + 1 >= max_tokens or cum < min_confidence:
                 break
-            tok = torch.tensor([tokens[spine_node]])
+            tok = torch.tensor([tb.spine_token])
             feat = self.head.step(feat[None], self.weights.embed_tokens(tok), state.cache)[0]
-        state.scorer.record(len(context), spine_toks, buckets)
-        if not self.tree:
-            return DraftProposal(tokens=tokens, confidence=conf)
-        return DraftProposal(tokens=tokens, confidence=conf, parents=parents)
+        return tb.proposal(state.scorer, len(context), bool(self.tree))
 
     def finish(self, state) -> None:
         state.feats.clear()
@@ -260,7 +281,6 @@ class MedusaDrafter(_HeadDrafter):
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
         state.scorer.score(context)
-        cal = state.scorer.calibration
         last = len(context) - 2
         if last not in state.feats:
             return DraftProposal()
@@ -270,28 +290,10 @@ class MedusaDrafter(_HeadDrafter):
             probs = self._probs(torch.einsum("kh,kvh->kv", heads, self.own_lm))
         else:
             probs = self._probs(heads @ self.weights.lm_head.T)  # [K, Vr]
-        k = max(1, self.tree) if self.tree else 1
-        tokens, conf, parents, buckets, spine_toks = [], [], [], [], []
-        parent = -1
+        tb = _TreeBuilder(state.scorer.calibration, self.tree)
         for depth in range(min(max_tokens, probs.shape[0])):
-            top = torch.topk(probs[depth], k)
-            ids = [int(self.vocab_ids[i]) for i in top.indices.tolist()]
-            vals = top.values.tolist()
-            spine_node = None
-            for rank, (tok, q) in enumerate(zip(ids, vals)):
-                c = cal.estimate(_bucket(q, depth)) if rank == 0 else q * cal.estimate(_bucket(vals[0], depth))
-                tokens.append(tok)
-                conf.append(c)
-                parents.append(parent)
-                if rank == 0:
-                    spine_node = len(tokens) - 1
-                    buckets.append(_bucket(q, depth))
-                    spine_toks.append(tok)
-            parent = spine_node
-        state.scorer.record(len(context), spine_toks, buckets)
-        if not self.tree:
-            return DraftProposal(tokens=tokens, confidence=conf)
-        return DraftProposal(tokens=tokens, confidence=conf, parents=parents)
+            tb.add_level(probs[depth], self.vocab_ids, depth)
+        return tb.proposal(state.scorer, len(context), bool(self.tree))
 
     def finish(self, state) -> None:
         state.feats.clear()

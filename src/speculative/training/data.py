@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,3 +178,26 @@ def token_frequencies(examples: list[dict], vocab_size: int) -> np.ndarray:
     for e in examples:
         np.add.at(counts, e["tokens"][e["prompt_len"] :], 1)
     return counts
+
+
+def draft_vocabulary(examples: list[dict], vocab_size: int, size: int, always: Sequence[int] = ()) -> list[int]:
+    """The reduced draft vocabulary (FR-Spec, Zhao et al. 2025): ``size`` target token ids, most useful first.
+
+    Ranked by, in order: how often the target emitted the token; how often it was among the
+    target's top-k candidates (the soft labels: tokens the target finds plausible, a far wider
+    sample than its greedy outputs); how often it occurs in prompts; then the lowest ids (byte-pair
+    merge order, a proxy for corpus frequency). A few hundred prompts emit only a few thousand
+    distinct tokens, so the later keys decide most of the vocabulary; the head's LM-head rows are
+    the target's own, so it can predict tokens it never saw as labels. ``always`` ids (end of
+    generation) are appended when missing.
+    """
+    outputs = token_frequencies(examples, vocab_size)
+    candidates = np.zeros(vocab_size, dtype=np.int64)
+    prompts = np.zeros(vocab_size, dtype=np.int64)
+    for e in examples:
+        np.add.at(candidates, e["topk_ids"].reshape(-1), 1)
+        np.add.at(prompts, e["tokens"][: e["prompt_len"]], 1)
+    order = np.lexsort((np.arange(vocab_size), -prompts, -candidates, -outputs))  # last key sorts first
+    ids = [int(t) for t in order[:size]]
+    have = set(ids)
+    return ids + [int(t) for t in always if int(t) not in have]

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import EpochCheckpoint, cosine_schedule, int8_rows
+
 LAYERS_FILE = "layers.safetensors"
 
 
@@ -91,15 +93,9 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     steps = math.ceil(len(examples) / batch_size) * epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    ckpt = out_dir / "checkpoint.pt"
-    start, history = 0, []
-    if ckpt.exists():
-        st = torch.load(ckpt, weights_only=False)
-        draft.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        sched.load_state_dict(st["sched"])
-        start, history = st["epoch"], st["history"]
+    sched = cosine_schedule(opt, steps, warmup_steps=30)
+    checkpoint = EpochCheckpoint(out_dir, draft, opt, sched)
+    start, history = checkpoint.resume()
     E = draft.model.embed_tokens.weight
 
     def batch_loss(batch):
@@ -150,10 +146,7 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
             bar.update(1)
         bar.close()
         history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses))})
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"model": draft.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "epoch": epoch + 1, "history": history}, tmp)
-        tmp.replace(ckpt)
+        checkpoint.save(epoch + 1, history)
     draft.eval()
     return {"model": draft, "picks": picks, "history": history, "train_seconds": time.time() - t0,
             "non_embedding_parameters": non_embedding_parameters(draft)}
@@ -172,13 +165,8 @@ def save_layers(draft, folder: Path, target: str, target_gguf: str) -> None:
     for name, t in draft.state_dict().items():
         if "embed_tokens" in name or "lm_head" in name:
             continue
-        t = t.detach().float().contiguous()
-        if t.ndim == 2:
-            scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
-            tensors[name + ".int8"] = torch.round(t / scale).to(torch.int8).contiguous()
-            tensors[name + ".scale"] = scale.contiguous()
-        else:
-            tensors[name] = t
+        for suffix, part in int8_rows(t).items():
+            tensors[name + suffix] = part
     save_file(tensors, str(folder / LAYERS_FILE))
     cfg = draft.config
     (folder / "drafter.json").write_text(json.dumps({

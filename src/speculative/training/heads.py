@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .checkpoint import int8_rows
+
 HEAD_FILE = "head.safetensors"
 CONFIG_FILE = "drafter.json"
 
@@ -239,13 +241,8 @@ def save_head(head: nn.Module, cfg: HeadConfig, folder: Path, int8: bool = True)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, t in head.state_dict().items():
-        t = t.detach().float().cpu().contiguous()
-        if int8 and t.ndim == 2 and t.numel() >= 4096:
-            scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
-            tensors[name + ".int8"] = torch.round(t / scale).to(torch.int8).contiguous()
-            tensors[name + ".scale"] = scale.contiguous()
-        else:
-            tensors[name] = t
+        for suffix, part in (int8_rows(t, min_numel=4096) if int8 else {"": t.detach().float().cpu()}).items():
+            tensors[name + suffix] = part.contiguous()
     save_file(tensors, str(folder / HEAD_FILE))
     (folder / CONFIG_FILE).write_text(cfg.to_json())
 

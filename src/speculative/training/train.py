@@ -26,14 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DataConfig, generate_data, load_shards, token_frequencies
+from .checkpoint import EpochCheckpoint, cosine_schedule
+from .data import DataConfig, draft_vocabulary, generate_data, load_shards
 
 
 @dataclass
 class TrainConfig:
     method: str = "eagle"
     epochs: int = 6
-    lr: float = 2e-3
+    lr: float | None = None  # peak learning rate; None: 2e-3 for heads, 5e-4 for draft models
     batch_size: int = 16
     draft_vocab: int = 8192
     reg_weight: float = 0.5
@@ -151,10 +152,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         target_name = backend.model_id
     finally:
         backend.close()
-    freq = token_frequencies(examples, V)
-    order = np.argsort(-freq, kind="stable")
-    vocab_ids = [int(t) for t in order[: cfg.draft_vocab] if freq[t] > 0]
-    vocab_ids += [t for t in eos if t not in set(vocab_ids)]
+    vocab_ids = draft_vocabulary(examples, V, min(cfg.draft_vocab, V), always=eos)
     vocab_index = {t: i for i, t in enumerate(vocab_ids)}
     weights = TargetWeights(embed, np.asarray(head_w[np.asarray(vocab_ids)], np.float32))
     hcfg = default_head_config(cfg.method, H, vocab_ids, target_name, V)
@@ -171,20 +169,12 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     train = [examples[i] for i in perm[n_val:]]
     feat_scale = float(np.sqrt(np.mean([np.mean(e["feats"].astype(np.float32) ** 2) for e in train[:50]])))
 
-    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr or 2e-3, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
-    )
-    ckpt = out_dir / "checkpoint.pt"
-    start_epoch, history = 0, []
-    if ckpt.exists():
-        st = torch.load(ckpt, weights_only=False)
-        head.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        sched.load_state_dict(st["sched"])
-        start_epoch, history = st["epoch"], st["history"]
+    sched = cosine_schedule(opt, total, warmup_steps=50)
+    checkpoint = EpochCheckpoint(out_dir, head, opt, sched)
+    start_epoch, history = checkpoint.resume()
 
     def loss_of(batch, train_mode: bool):
         if cfg.method == "eagle":
@@ -239,10 +229,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         vl = [(x.item(), a) for x, a in vl if x is not None]
         history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "val_loss": float(np.mean([x for x, _ in vl])),
                         "val_top1": float(np.mean([a for _, a in vl]))})
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"model": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "epoch": epoch + 1, "history": history}, tmp)
-        tmp.replace(ckpt)
+        checkpoint.save(epoch + 1, history)
     t_train = time.time() - t_train0
 
     drafter_dir = out_dir / "drafter"
@@ -277,7 +264,7 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     t_data = time.time() - t0
     examples = load_shards(data_dir)
     res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                            intermediate=intermediate, progress=progress, lr=cfg.lr if cfg.lr != TrainConfig.lr else 5e-4)
+                            intermediate=intermediate, progress=progress, lr=cfg.lr or 5e-4)
     draft = res.pop("model")
     gguf_target = resolve(target).location
     drafter_dir = out_dir / "drafter"

@@ -1,0 +1,61 @@
+"""Shared pieces of the training loops: warm-up + cosine schedule, per-epoch checkpoints that
+resume, and the int8 per-row weight storage of shipped drafters."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def cosine_schedule(opt, total_steps: int, warmup_steps: int):
+    """Linear warm-up over ``warmup_steps`` optimizer steps, then cosine decay to 0 at ``total_steps``."""
+    import torch
+
+    total = max(1, total_steps)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
+    )
+
+
+class EpochCheckpoint:
+    """``checkpoint.pt`` in a run folder: model, optimizer and schedule state after each finished epoch.
+
+    ``resume()`` returns ``(epochs_done, history)``; ``save()`` writes atomically (a temporary file
+    replaced in one rename), so an interrupted run never leaves a half-written checkpoint.
+    """
+
+    def __init__(self, out_dir: Path, model, opt, sched):
+        self.path = Path(out_dir) / "checkpoint.pt"
+        self.model, self.opt, self.sched = model, opt, sched
+
+    def resume(self) -> tuple[int, list[dict]]:
+        import torch
+
+        if not self.path.exists():
+            return 0, []
+        st = torch.load(self.path, weights_only=False)
+        self.model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["opt"])
+        self.sched.load_state_dict(st["sched"])
+        return st["epoch"], st["history"]
+
+    def save(self, epochs_done: int, history: list[dict]) -> None:
+        import torch
+
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                    "epoch": epochs_done, "history": history}, tmp)
+        tmp.replace(self.path)
+
+
+def int8_rows(t, min_numel: int = 0) -> dict:
+    """Symmetric int8 per-row quantization of a 2-D float tensor ``t`` [rows, cols]:
+    ``{".int8": int8 [rows, cols], ".scale": float32 [rows, 1]}`` (suffixes to append to the weight's
+    name); tensors that are not 2-D or smaller than ``min_numel`` come back as ``{"": float32}``."""
+    import torch
+
+    t = t.detach().float().cpu().contiguous()
+    if t.ndim != 2 or t.numel() < min_numel:
+        return {"": t}
+    scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+    return {".int8": torch.round(t / scale).to(torch.int8).contiguous(), ".scale": scale.contiguous()}
