@@ -69,3 +69,23 @@ def test_bad_options():
         parse_drafter_spec("ngram,min")
     spec = parse_drafter_spec("model:foo.gguf,ctx=128")
     assert spec.kind == "model" and spec.name == "foo.gguf" and spec.options == {"ctx": "128"}
+
+
+def test_backoff_skips_1_2_4_then_resets():
+    from speculative.drafters.base import BackOff
+
+    b = BackOff(max_skip=4)
+    pattern = []
+    for _ in range(12):
+        if b.skipping():
+            pattern.append("s")
+            continue
+        pattern.append("p")
+        b.update(0.1, min_confidence=0.5)  # an unpromising proposal
+    assert "".join(pattern) == "pspsspssssps"
+    while b.skipping():
+        pass
+    b.update(0.9, min_confidence=0.5)  # a promising proposal
+    assert b.misses == 0 and not b.skipping()
+    b.update(0.1, min_confidence=0.0)  # the fixed policy (no threshold) never backs off
+    assert not b.skipping()

@@ -114,6 +114,34 @@ class BuildContext:
     max_sequences: int = 1
 
 
+@dataclass
+class BackOff:
+    """Exponential back-off of a drafter that pays per proposal (a draft model, a head).
+
+    When even the first draft token of a proposal falls short of the confidence worth
+    verifying, the next 1, 2, 4, ... (at most ``max_skip``) proposals are skipped, so a
+    poorly matched drafter costs little; a promising proposal resets it.
+    """
+
+    max_skip: int = 16
+    skip: int = 0  # proposals left to skip
+    misses: int = 0  # consecutive proposals whose first token was not worth verifying
+
+    def skipping(self) -> bool:
+        """True (and one skip used) while backing off."""
+        if self.skip > 0:
+            self.skip -= 1
+            return True
+        return False
+
+    def update(self, first_confidence: float | None, min_confidence: float) -> None:
+        if min_confidence > 0 and (first_confidence is None or first_confidence < min_confidence):
+            self.misses += 1
+            self.skip = min(2 ** (self.misses - 1), self.max_skip)
+        else:
+            self.misses = 0
+
+
 class Drafter(abc.ABC):
     """Base class of drafters. Subclasses implement :meth:`propose`."""
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..backends.base import Backend, ForwardRequest
 from ..errors import VocabularyMismatchError
 from ..cost_model import AcceptanceCalibration
-from .base import DraftProposal, DraftState, Drafter, ShadowScorer
+from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
 
 
 @dataclass
@@ -30,12 +30,10 @@ class DraftModelState(DraftState):
     seq_id: int = 0
     offset: int = 0  # context[offset:] is what the draft cache mirrors (sliding window)
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
-    skip: int = 0  # proposals left to skip (back-off after unpromising drafts)
-    misses: int = 0  # consecutive proposals whose first token was not worth verifying
+    backoff: BackOff = field(default_factory=BackOff)
 
 
 _N_BINS = 10
-_MAX_BACKOFF = 16
 _MAX_POS_BUCKET = 3
 
 
@@ -128,8 +126,7 @@ class DraftModelDrafter(Drafter):
         draft model costs little."""
         m = self.model
         state.scorer.score(context)
-        if state.skip > 0:
-            state.skip -= 1
+        if state.backoff.skipping():
             return DraftProposal()
         cal = state.scorer.calibration
         max_tokens = min(max_tokens, m.n_ctx // 2)
@@ -160,11 +157,7 @@ class DraftModelDrafter(Drafter):
             cum *= c
             if cum < min_confidence:
                 break  # further tokens would not be verified
-        if min_confidence > 0 and conf and conf[0] < min_confidence:
-            state.misses += 1
-            state.skip = min(2 ** (state.misses - 1), _MAX_BACKOFF)
-        else:
-            state.misses = 0
+        state.backoff.update(conf[0] if conf else None, min_confidence)
         # the last draft token is not fed: if all are accepted, the next proposal feeds it
         state.scorer.record(len(context), tokens, buckets)
         return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf)

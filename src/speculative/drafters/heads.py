@@ -25,7 +25,7 @@ import numpy as np
 
 from ..cost_model import AcceptanceCalibration
 from ..errors import ConfigError, VocabularyMismatchError
-from .base import DraftProposal, DraftState, Drafter, ShadowScorer
+from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
 
 _N_BINS = 10
 _MAX_POS_BUCKET = 3
@@ -118,6 +118,7 @@ class HeadState(DraftState):
     pairs: list[int] = field(default_factory=list)  # context tokens fed into the cache as pair inputs
     first: int = 0  # position of the first pair in the cache
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
+    backoff: BackOff = field(default_factory=BackOff)
 
 
 class _HeadDrafter(Drafter):
@@ -167,8 +168,16 @@ class _HeadDrafter(Drafter):
         return p
 
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+        """Run the head; backs off (:class:`~speculative.drafters.base.BackOff`) while even its first
+        token is not worth verifying, so a weak head costs little. Skipped steps cost nothing: the
+        head catches up on the target's hidden states in one batch at the next proposal."""
+        if state.backoff.skipping():
+            state.scorer.score(context)
+            return DraftProposal()
         with self._torch.inference_mode():
-            return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
+            p = self._propose(state, context, max_tokens, sampler, rng, min_confidence)
+        state.backoff.update(p.confidence[0] if p.confidence else None, min_confidence)
+        return p
 
     def non_embedding_parameters(self) -> int:
         return int(sum(p.numel() for p in self.head.parameters()))
