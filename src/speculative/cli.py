@@ -250,7 +250,7 @@ def cmd_train_drafter(args) -> int:
     from .training.data import DataConfig
     from .training.train import TrainConfig, train_draft_model_pipeline, train_drafter
 
-    for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size"):
+    for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size", "eval_prompts"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
@@ -264,7 +264,7 @@ def cmd_train_drafter(args) -> int:
     cfg = TrainConfig(
         method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
-        **({"lr": args.lr} if args.lr is not None else {}),
+        **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens),
     )
@@ -468,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--layers", type=int, default=2, help="draft-model: decoder layers (default 2)")
     tr.add_argument("--intermediate", type=int, default=None, help="draft-model: MLP width (default: the target's)")
     tr.add_argument("--threads", type=int, default=None)
+    tr.add_argument("--eval-prompts", type=int, default=None, help="development prompts for the held-out estimate (default: all)")
     tr.add_argument("--data-from", default=None, help="reuse the training data of another run folder (same target and data settings)")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)

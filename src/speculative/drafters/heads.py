@@ -156,7 +156,10 @@ class _HeadDrafter(Drafter):
 
     def observe_hidden(self, state: HeadState, start: int, hidden) -> None:
         for i, row in enumerate(np.asarray(hidden, dtype=np.float32)):
-            state.feats[start + i] = row
+            if np.isfinite(row).all():  # a non-finite row counts as missing (the head then re-syncs)
+                state.feats[start + i] = row
+            else:
+                state.feats.pop(start + i, None)
         # forget features the window can no longer reach
         if len(state.feats) > 4 * self.hidden_window + 64:
             horizon = max(state.feats) - 2 * self.hidden_window - 32
@@ -242,7 +245,10 @@ class EagleDrafter(_HeadDrafter):
         tb = _TreeBuilder(state.scorer.calibration, self.tree)
         cum = 1.0
         for depth in range(max_tokens):
-            cum *= tb.add_level(self._probs(feat @ self.weights.lm_head.T), self.vocab_ids, depth)
+            probs = self._probs(feat @ self.weights.lm_head.T)
+            if not bool(torch.isfinite(probs).all()):
+                break  # a diverged prediction: propose what is drafted so far
+            cum *= tb.add_level(probs, self.vocab_ids, depth)
             if depth + 1 >= max_tokens or cum < min_confidence:
                 break
             tok = torch.tensor([tb.spine_token])
