@@ -17,6 +17,19 @@ def cosine_schedule(opt, total_steps: int, warmup_steps: int):
     )
 
 
+def optimizer_step(loss, params, opt, sched, max_grad_norm: float = 1.0) -> float:
+    """One training step: backward, gradient clipping to ``max_grad_norm``, optimizer and schedule
+    steps; returns the loss as a float."""
+    import torch
+
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
 class EpochCheckpoint:
     """``checkpoint.pt`` in a run folder: model, optimizer and schedule state after each finished epoch.
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import EpochCheckpoint, cosine_schedule, int8_rows
+from .checkpoint import EpochCheckpoint, cosine_schedule, int8_rows, optimizer_step
 
 LAYERS_FILE = "layers.safetensors"
 
@@ -136,12 +136,7 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
         losses = []
         for i in range(0, len(order), batch_size):
             loss, top1 = batch_loss([examples[j] for j in order[i : i + batch_size]])
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
+            losses.append(optimizer_step(loss, params, opt, sched))
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", top1=f"{top1:.2f}")
             bar.update(1)
         bar.close()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import EpochCheckpoint, cosine_schedule
+from .checkpoint import EpochCheckpoint, cosine_schedule, optimizer_step
 from .data import DataConfig, draft_vocabulary, generate_data, load_shards
 
 
@@ -214,12 +214,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
             loss, acc = loss_of(batch, True)
             if loss is None:
                 continue
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
+            losses.append(optimizer_step(loss, list(head.parameters()), opt, sched))
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", acc=f"{acc:.2f}")
             bar.update(1)
         bar.close()
