@@ -256,6 +256,9 @@ def cmd_train_drafter(args) -> int:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
     if args.lr is not None and not 0 < args.lr < 1:
         raise SpeculativeError(f"--lr must be between 0 and 1, got {args.lr}")
+    for extra in args.extra_data or []:
+        if not any((Path(extra) / "data").glob("*.npz")):
+            raise SpeculativeError(f"--extra-data {extra}: no training data there (expected {extra}/data/*.npz)")
     out = Path(args.output)
     if args.epochs is None:
         args.epochs = 2 if args.method == "draft-model" else 6
@@ -265,8 +268,9 @@ def cmd_train_drafter(args) -> int:
         method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
-        data_from=args.data_from,
-        data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens),
+        data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed,
+        data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
+                        seed=args.seed),
     )
     saved = out / "train_config.json"
     if saved.exists() and not args.fresh:
@@ -331,8 +335,9 @@ def cmd_import_drafter(args) -> int:
         b.close()
     layout = detect_layout(args.source)
     out = import_checkpoint(args.source, args.output, target_name=args.target or "", target_vocab_size=vocab)
-    kind = "medusa" if layout == "medusa" else "eagle"
-    print(f"imported {layout} checkpoint into {out}; use it with --drafter {kind}:{out}")
+    kind = "medusa" if layout == "medusa" else ("eagle3" if layout.endswith("eagle3") else "eagle")
+    hint = " --backend transformers" if kind == "eagle3" else ""
+    print(f"imported {layout} checkpoint into {out}; use it with{hint} --drafter {kind}:{out}")
     return 0
 
 
@@ -470,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--threads", type=int, default=None)
     tr.add_argument("--eval-prompts", type=int, default=None, help="development prompts for the held-out estimate (default: all)")
     tr.add_argument("--data-from", default=None, help="reuse the training data of another run folder (same target and data settings)")
+    tr.add_argument("--extra-data", action="append", metavar="RUN_FOLDER",
+                    help="also train on the data of this earlier run folder (same target); repeatable")
+    tr.add_argument("--seed", type=int, default=0, help="seed of the generated prompts and of training (default 0); "
+                    "another seed gives other prompts, to add data to an earlier run")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 
@@ -482,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--k", type=int, default=5, help="speculators: speculative tokens of the proposal method (default 5)")
     ex.set_defaults(func=cmd_export_drafter)
 
-    im = sub.add_parser("import-drafter", help="import a published EAGLE-1, speculators (eagle) or Medusa-1 checkpoint folder")
+    im = sub.add_parser("import-drafter", help="import a published EAGLE-1, EAGLE-3, speculators (eagle, eagle3) or Medusa-1 checkpoint folder")
     im.add_argument("source", help="checkpoint folder (config.json and weights)")
     im.add_argument("--output", "-o", required=True)
     im.add_argument("--target", default=None, help="the target it will run with (checks the vocabulary)")

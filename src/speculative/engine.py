@@ -225,7 +225,8 @@ class DecodeRequest:
             split = max(kept, L - self.drafter.hidden_window)
             if split > kept:
                 target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:split], logits="none")])
-            out = target.forward([ForwardRequest(self.seq, self.prompt_ids[split:], logits="all", hidden=True)])[0]
+            out = target.forward([ForwardRequest(self.seq, self.prompt_ids[split:], logits="all", hidden=True,
+                                                 hidden_layers=self.drafter.hidden_layers)])[0]
             logits = out.logits
             self.dstate = self.drafter.start(self.prompt_ids)
             self.drafter.observe_hidden(self.dstate, split, out.hidden)
@@ -332,7 +333,7 @@ class DecodeRequest:
             self._draft = prop.tokens[: int(selection)]
             first = 0 if hidden else P - 1  # hidden states of every fed token go to the drafter
             return ForwardRequest(self.seq, pending + self._draft, logits=list(range(first, P + len(self._draft))),
-                                  hidden=hidden)
+                                  hidden=hidden, hidden_layers=self.drafter.hidden_layers)
         nodes = [int(i) for i in selection]
         keep = {old: new for new, old in enumerate(nodes)}
         toks = [prop.tokens[i] for i in nodes]
@@ -346,7 +347,8 @@ class DecodeRequest:
         chain = list(range(-1, P - 1))
         tree_parents = chain + [(P - 1) if p < 0 else P + p for p in parents]
         rows = ([*range(P - 1)] if hidden else []) + [P - 1] + [P + i for i in range(len(toks))]
-        return ForwardRequest(self.seq, pending + toks, logits=rows, tree_parents=tree_parents, hidden=hidden)
+        return ForwardRequest(self.seq, pending + toks, logits=rows, tree_parents=tree_parents, hidden=hidden,
+                              hidden_layers=self.drafter.hidden_layers)
 
     def commit(self, logits: np.ndarray, forward_s: float | None = None, hidden: np.ndarray | None = None) -> list[int]:
         """Verify the draft against the target's logits (last committed token, then each draft token),

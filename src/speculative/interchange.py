@@ -13,11 +13,20 @@ Layouts (field and tensor names as those projects define them):
   ``medusa_num_layers``; weights ``{i}.{j}.linear.*`` (residual blocks) and
   ``{i}.{L}.weight`` (each head's LM head).
 
+* ``eagle3`` (EAGLE-3, SafeAILab): ``config.json`` (LlamaConfig + ``draft_vocab_size``,
+  optional ``target_hidden_size``) and weights ``fc.weight`` [H, 3 Ht],
+  ``midlayer.*`` (q/k/v read 2H: [normed embedding, normed feature];
+  ``hidden_norm``, ``input_layernorm``), ``norm.weight``, ``lm_head.weight``
+  [Vd, H], ``d2t`` (draft id d is target id d + d2t[d]) and ``t2d``.
+* ``speculators`` with ``speculators_model_type: "eagle3"``: the same with
+  ``layers.0.*``, an ``fc`` bias, ``norm_before_residual`` and optional
+  ``eagle_aux_hidden_state_layer_ids``.
+
 EAGLE's fusion layer reads [embeddings, features]; ours reads [features,
 embeddings]: the two halves of the fusion weight are swapped on the way.
-EAGLE-3 checkpoints (``midlayer.*``, ``d2t``) fuse three target layers' hidden
-states, which our backends do not expose: they are recognized and refused
-with a clear error.
+EAGLE-3 heads read the hidden states of three target layers (by default
+2, L // 2 and L - 3 of L, Hugging Face's ``hidden_states`` indices), which the
+transformers backend returns; llama.cpp does not expose them.
 """
 
 from __future__ import annotations
@@ -187,7 +196,7 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
     ``window`` past positions (EAGLE heads are trained with full causal attention).
 
     Raises:
-        ModelLoadError: unrecognized or unsupported layout (EAGLE-3).
+        ModelLoadError: unrecognized or unsupported layout, or missing tensors.
     """
     import torch
 
@@ -198,10 +207,7 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
     cfg_json = json.loads((src / "config.json").read_text())
     tensors = {k: v.float() for k, v in _load_tensors(src).items()}
     if layout in ("eagle3", "speculators-eagle3"):
-        raise ModelLoadError(
-            f"{src} is an EAGLE-3 checkpoint: it fuses hidden states of three target layers, which this "
-            f"project's backends do not expose yet; EAGLE-1 / speculators 'eagle' and Medusa-1 import"
-        )
+        return _import_eagle3(src, Path(out_dir), layout, cfg_json, tensors, target_name, target_vocab_size, window)
     if layout.startswith("speculators-") and layout != "speculators-eagle":
         raise ModelLoadError(f"{src}: speculators model type {layout.split('-', 1)[1]!r} is not supported")
     out = Path(out_dir)
@@ -255,3 +261,65 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
 
     save_file({"lm_heads": lm.contiguous()}, str(out / "lm_heads.safetensors"))
     return out
+
+
+_EAGLE3_NAMES = {
+    "self_attn.q_proj.weight": "q_proj.weight", "self_attn.k_proj.weight": "k_proj.weight",
+    "self_attn.v_proj.weight": "v_proj.weight", "self_attn.o_proj.weight": "o_proj.weight",
+    "mlp.gate_proj.weight": "gate.weight", "mlp.up_proj.weight": "up.weight", "mlp.down_proj.weight": "down.weight",
+    "post_attention_layernorm.weight": "post_norm.weight", "hidden_norm.weight": "hidden_norm.weight",
+    "input_layernorm.weight": "input_norm.weight",
+}
+
+
+def _import_eagle3(src: Path, out: Path, layout: str, cfg_json: dict, tensors: dict, target_name: str,
+                   target_vocab_size: int, window: int) -> Path:
+    """EAGLE-3 (SafeAILab ``midlayer.*`` or speculators ``layers.0.*``) into an ``eagle3`` drafter folder."""
+    import torch
+
+    from .training.heads import HeadConfig, build_head, save_head
+
+    lc = cfg_json.get("transformer_layer_config", cfg_json)
+    prefix = "layers.0." if layout == "speculators-eagle3" else "midlayer."
+    missing = [n for n in ["fc.weight", "norm.weight", "lm_head.weight", "d2t"] + [prefix + k for k in _EAGLE3_NAMES]
+               if n not in tensors]
+    if missing:
+        raise ModelLoadError(f"{src}: EAGLE-3 checkpoint lacks {', '.join(missing[:4])}")
+    h = int(lc["hidden_size"])
+    n_heads = int(lc["num_attention_heads"])
+    d2t = tensors["d2t"].round().long()
+    vd = int(tensors["lm_head.weight"].shape[0])
+    if d2t.numel() != vd:
+        raise ModelLoadError(f"{src}: d2t has {d2t.numel()} entries but lm_head drafts over {vd} tokens")
+    vocab_ids = (torch.arange(vd, dtype=torch.long) + d2t).tolist()
+    target_vocab = target_vocab_size or int(lc.get("vocab_size", 0))
+    if target_vocab and max(vocab_ids) >= target_vocab:
+        raise ModelLoadError(f"{src}: d2t maps draft tokens to ids up to {max(vocab_ids)}, beyond the "
+                             f"target's {target_vocab:,}-token vocabulary")
+    fc_w = tensors["fc.weight"]
+    aux = cfg_json.get("eagle_aux_hidden_state_layer_ids") or lc.get("eagle_aux_hidden_state_layer_ids") or []
+    hcfg = HeadConfig(
+        method="eagle3", hidden_size=h, vocab_ids=[int(t) for t in vocab_ids], n_heads=n_heads,
+        n_kv_heads=int(lc.get("num_key_value_heads", n_heads)), head_dim=int(lc.get("head_dim") or h // n_heads),
+        intermediate_size=int(lc["intermediate_size"]), window=window,
+        rope_theta=float(lc.get("rope_theta", (lc.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
+        norm_eps=float(lc.get("rms_norm_eps", 1e-6)), fc_bias="fc.bias" in tensors,
+        aux_layers=[int(i) for i in aux], target_hidden_size=int(fc_w.shape[1]) // 3,
+        norm_before_residual=bool(cfg_json.get("norm_before_residual", False)),
+        target=target_name or str(cfg_json.get("base_model_name_or_path", "")
+                                  or (cfg_json.get("speculators_config") or {}).get("verifier", {}).get("name_or_path", "")),
+        target_vocab_size=target_vocab, extra={"imported_from": str(src), "layout": layout},
+    )
+    head = build_head(hcfg)
+    state = {"fc.weight": fc_w, "norm.weight": tensors["norm.weight"], "lm_head.weight": tensors["lm_head.weight"]}
+    if hcfg.fc_bias:
+        state["fc.bias"] = tensors["fc.bias"]
+    for theirs, ours in _EAGLE3_NAMES.items():
+        state[ours] = tensors[prefix + theirs]
+    try:
+        head.load_state_dict(state)
+    except RuntimeError as e:
+        raise ModelLoadError(f"{src}: EAGLE-3 weights do not match its config.json: {str(e).splitlines()[0]}") from e
+    save_head(head, hcfg, out, int8=False)
+    return out
+

@@ -57,6 +57,12 @@ class ForwardRequest:
             ``tokens`` whose logits are returned, in that order.
         hidden: also return each returned row's final hidden state (after the
             final norm), as draft heads need.
+        hidden_layers: with ``hidden``, return instead the hidden states of these
+            layers concatenated, ``[n_out, len(hidden_layers) * H]`` (Hugging Face's
+            ``hidden_states`` indices: 0 the embeddings, i the output of decoder
+            layer i-1, which is the input of layer i), as EAGLE-3 heads read
+            (Li et al. 2025, section 3.2). Backends without
+            ``supports_layer_hidden`` raise :class:`NotImplementedError`.
         tree_parents: for a token tree, the parent of each new token as an index
             into ``tokens`` (-1: the last cached token). Parents come before
             children; a token sits at position ``len(cache) + depth - 1`` and
@@ -71,6 +77,7 @@ class ForwardRequest:
     logits: str | Sequence[int] = "all"
     hidden: bool = False
     tree_parents: Sequence[int] | None = None
+    hidden_layers: tuple[int, ...] | None = None
 
     def output_rows(self) -> list[int]:
         n = len(self.tokens)
@@ -132,6 +139,10 @@ class Backend(abc.ABC):
     eos_token_ids: frozenset[int] = frozenset()
     max_sequences: int = 1
     supports_hidden: bool = True
+    #: True when ``ForwardRequest.hidden_layers`` works (intermediate layers' hidden states)
+    supports_layer_hidden: bool = False
+    #: number of decoder layers (0: unknown)
+    num_layers: int = 0
     supports_tree: bool = False
     #: True when only the spine of a token tree (the chain of first children, laid out
     #: first) gets logits bitwise equal to plain decoding's: the engine then verifies
@@ -228,6 +239,8 @@ class Backend(abc.ABC):
                 tree_depths(r.tree_parents)  # validates the ordering
             if r.hidden and not self.supports_hidden:
                 raise NotImplementedError(f"the {self.name} backend does not return hidden states")
+            if r.hidden and r.hidden_layers and not self.supports_layer_hidden:
+                raise NotImplementedError(f"the {self.name} backend does not return intermediate layers' hidden states")
         results = self._forward(requests)
         for r in requests:
             st = self._seqs[r.seq_id]

@@ -172,6 +172,8 @@ class TransformersBackend(Backend):
         cfg = self.model.config.get_text_config(decoder=True)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.hidden_size = int(cfg.hidden_size)
+        self.num_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+        self.supports_layer_hidden = True
         max_pos = int(getattr(cfg, "max_position_embeddings", 0) or 0)
         n_ctx = int(n_ctx or 4096)
         self.n_ctx = min(n_ctx, max_pos) if max_pos else n_ctx
@@ -279,16 +281,20 @@ class TransformersBackend(Backend):
                 start = len(self._seqs[r.seq_id].tokens)
                 n = len(r.tokens)
                 ids = torch.tensor([list(r.tokens)], dtype=torch.long, device=self.device)
+                layers = r.hidden_layers if r.hidden else None
+                extra = {"output_hidden_states": True} if layers else {}
                 if r.tree_parents is not None:
                     mask, pos = self._tree_masks(start, r.tree_parents)
                     out = base(input_ids=ids, position_ids=pos, attention_mask=mask, cache=self._cache(r.seq_id),
-                               use_cache=True)
+                               use_cache=True, **extra)
                 else:
                     pos = torch.arange(start, start + n, device=self.device).unsqueeze(0)
-                    out = base(input_ids=ids, position_ids=pos, cache=self._cache(r.seq_id), use_cache=True)
+                    out = base(input_ids=ids, position_ids=pos, cache=self._cache(r.seq_id), use_cache=True, **extra)
                 rows = r.output_rows()
                 h = out.last_hidden_state[0, rows]
                 logits = self._project(h).float().cpu().numpy() if rows else np.zeros((0, self.vocab_size), np.float32)
+                if layers:
+                    h = torch.cat([out.hidden_states[i][0, rows] for i in layers], dim=-1)
                 hidden = h.float().cpu().numpy() if r.hidden else None
                 results.append(ForwardResult(logits, hidden))
         return results

@@ -139,7 +139,7 @@ def tree_leaves(spec: str | DrafterSpec) -> int:
     if not isinstance(spec, DrafterSpec):
         spec = parse_drafter_spec(spec)
     width = _int_option(spec, "tree", 0, 0) or 0
-    if width and spec.kind in ("eagle", "medusa"):
+    if width and spec.kind in ("eagle", "eagle3", "medusa"):
         # heads add width - 1 sibling leaves per depth along the spine; room for 8 depths
         # (deeper trees are cut to fit, least confident leaves first)
         return (width - 1) * 8 + 1
@@ -204,6 +204,13 @@ def _eagle(spec, target, ctx) -> Drafter:
     return EagleDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
 
 
+def _eagle3(spec, target, ctx) -> Drafter:
+    from .heads import Eagle3Drafter
+
+    dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
+    return Eagle3Drafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
+
+
 def _medusa(spec, target, ctx) -> Drafter:
     from .heads import MedusaDrafter
 
@@ -246,6 +253,15 @@ register_drafter(
         {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)"},
         True,
         "an EAGLE-style head on the target's hidden states (shipped name or trained folder)",
+    )
+)
+register_drafter(
+    DrafterType(
+        "eagle3",
+        _eagle3,
+        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)"},
+        True,
+        "an imported EAGLE-3 head on three target layers' hidden states (transformers backend)",
     )
 )
 register_drafter(

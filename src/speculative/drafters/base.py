@@ -152,6 +152,9 @@ class Drafter(abc.ABC):
     needs_hidden: bool = False
     #: how many trailing prompt positions' hidden states :meth:`observe_hidden` gets at prefill
     hidden_window: int = 0
+    #: None: the target's final hidden states; else the layers whose hidden states (concatenated)
+    #: the drafter reads (see ``ForwardRequest.hidden_layers``)
+    hidden_layers: tuple[int, ...] | None = None
 
     def __init__(self) -> None:
         self.target: Backend | None = None

@@ -193,13 +193,18 @@ class EagleDrafter(_HeadDrafter):
 
     def __init__(self, folder, tree: int = 0, device: str = "cpu"):
         super().__init__(folder, tree, device)
-        if self.cfg.method != "eagle":
-            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not an eagle one")
+        if self.cfg.method != self.kind:
+            hint = " (use the eagle3: drafter)" if self.cfg.method == "eagle3" else ""
+            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not an {self.kind} one{hint}")
         self.hidden_window = self.cfg.window
 
     @property
     def description(self) -> str:
-        return f"eagle:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
+        return f"{self.kind}:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
+
+    def _logits(self, out):
+        """Draft-vocabulary logits of head outputs [..., H] (the target's own LM-head rows)."""
+        return out @ self.weights.lm_head.T
 
     def start(self, prompt) -> HeadState:
         from ..training.heads import HeadCache
@@ -245,7 +250,7 @@ class EagleDrafter(_HeadDrafter):
         tb = _TreeBuilder(state.scorer.calibration, self.tree)
         cum = 1.0
         for depth in range(max_tokens):
-            probs = self._probs(feat @ self.weights.lm_head.T)
+            probs = self._probs(self._logits(feat))
             if not bool(torch.isfinite(probs).all()):
                 break  # a diverged prediction: propose what is drafted so far
             cum *= tb.add_level(probs, self.vocab_ids, depth)
@@ -257,6 +262,42 @@ class EagleDrafter(_HeadDrafter):
 
     def finish(self, state) -> None:
         state.feats.clear()
+
+
+class Eagle3Drafter(EagleDrafter):
+    """``eagle3:PATH[,tree=B]``: an imported EAGLE-3 head (Li et al. 2025). It reads the target's
+    hidden states of three layers (low, middle, high), so it needs a backend that returns
+    intermediate layers (transformers); drafting, trees and rollback are as for ``eagle``."""
+
+    kind = "eagle3"
+
+    def bind(self, target) -> None:
+        cfg = self.cfg
+        if cfg.target_vocab_size and target.vocab_size != cfg.target_vocab_size:
+            raise VocabularyMismatchError(
+                f"EAGLE-3 head {self.folder.name} was trained for a {cfg.target_vocab_size:,}-token vocabulary; "
+                f"target {target.model_id} has {target.vocab_size:,}"
+            )
+        if not target.supports_layer_hidden:
+            raise ConfigError(
+                f"EAGLE-3 head {self.folder.name} reads hidden states of three target layers; the {target.name} "
+                "backend returns only the final one: use --backend transformers"
+            )
+        want_h = cfg.target_hidden_size or cfg.hidden_size
+        if target.hidden_size != want_h:
+            raise ConfigError(f"EAGLE-3 head {self.folder.name} reads {want_h}-wide hidden states; "
+                              f"target {target.model_id} has {target.hidden_size}")
+        n = target.num_layers
+        layers = tuple(int(i) for i in cfg.aux_layers) or (2, n // 2, n - 3)
+        if len(layers) != 3 or not all(0 <= i <= n for i in layers):
+            raise ConfigError(f"EAGLE-3 head {self.folder.name} reads layers {list(layers)}; "
+                              f"target {target.model_id} has {n} decoder layers")
+        self.hidden_layers = layers
+        self.weights = target_weights_for(target, self.vocab_ids[:1], self.device)  # input embeddings only
+        Drafter.bind(self, target)
+
+    def _logits(self, out):
+        return self.head.logits(out)
 
 
 class MedusaDrafter(_HeadDrafter):

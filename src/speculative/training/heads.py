@@ -42,11 +42,15 @@ class HeadConfig:
     """Architecture of a draft head.
 
     Attributes:
-        method: "eagle" or "medusa".
+        method: "eagle", "eagle3" or "medusa".
         hidden_size: the target's hidden size H (the features' width).
         vocab_ids: target token ids of the reduced draft vocabulary (most frequent first).
         n_heads, n_kv_heads, head_dim, intermediate_size, window, rope_theta: the EAGLE layer.
         medusa_heads: K, the number of Medusa heads.
+        aux_layers: EAGLE-3: the target layers whose hidden states are fused (Hugging Face
+            ``hidden_states`` indices); empty means EAGLE-3's default (2, L // 2, L - 3).
+        target_hidden_size: EAGLE-3: the target's hidden size when it differs from the head's.
+        norm_before_residual: EAGLE-3: the fused feature is normalized before the residual branch.
         target: the target this head was trained for (registry name or file name).
         target_vocab_size: the target's vocabulary size.
     """
@@ -63,6 +67,9 @@ class HeadConfig:
     norm_eps: float = 1e-6
     medusa_heads: int = 3
     fc_bias: bool = True
+    aux_layers: list[int] = field(default_factory=list)  # EAGLE-3: target layers read ([] = 2, L//2, L-3)
+    target_hidden_size: int = 0  # EAGLE-3: width of each target layer's hidden state (0: hidden_size)
+    norm_before_residual: bool = False  # EAGLE-3 (speculators option)
     target: str = ""
     target_vocab_size: int = 0
     extra: dict = field(default_factory=dict)
@@ -181,6 +188,63 @@ class EagleHead(nn.Module):
         return self._block(x, self._attend(q, K, V, mask))[0]
 
 
+class Eagle3Head(nn.Module):
+    """EAGLE-3 (Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language
+    Models via Training-Time Test", section 3): ``fc`` fuses the target's hidden states of three
+    layers ([n, 3 * Ht] -> [n, H]); one decoder layer reads [norm(embedding), norm(feature)]
+    (2H wide) with a residual on the feature; its own LM head (final norm, then [Vd, H]) predicts
+    over the draft vocabulary. Later draft steps feed the layer's own output back as the feature
+    (H wide, no ``fc``). Inference only here: checkpoints are imported, not trained."""
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, nh, nkv, hd = cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        ht = cfg.target_hidden_size or h
+        self.fc = nn.Linear(3 * ht, h, bias=cfg.fc_bias)
+        self.hidden_norm = RMSNorm(h, cfg.norm_eps)
+        self.input_norm = RMSNorm(h, cfg.norm_eps)
+        self.q_proj = nn.Linear(2 * h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.post_norm = RMSNorm(h, cfg.norm_eps)
+        self.gate = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.norm = RMSNorm(h, cfg.norm_eps)
+        self.lm_head = nn.Linear(h, len(cfg.vocab_ids), bias=False)
+
+    _qkv = EagleHead._qkv
+    _attend = EagleHead._attend
+
+    def step(self, features: torch.Tensor, next_embeds: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+        """Append n (feature, next embedding) pairs to ``cache``; features are the target's fused
+        layers [n, 3 * Ht] or the head's own outputs [n, H]. Returns the outputs [n, H] (before the
+        final norm; :meth:`logits` maps them to the draft vocabulary)."""
+        if features.shape[-1] != self.cfg.hidden_size:
+            features = self.fc(features)
+        if self.cfg.norm_before_residual:
+            features = self.hidden_norm(features)
+            hid = features
+        else:
+            hid = self.hidden_norm(features)
+        x = torch.cat([self.input_norm(next_embeds), hid], dim=-1)[None]  # [1, n, 2H]
+        n = x.shape[1]
+        pos = torch.arange(cache.length, cache.length + n, device=x.device)
+        q, k, v = self._qkv(x, pos)
+        cache.append(k, v)
+        K, V, kpos = cache.window_kv(self.cfg.window + n)
+        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - self.cfg.window)
+        h = features[None] + self._attend(q, K, V, mask)
+        n_ = self.post_norm(h)
+        return (h + self.down(F.silu(self.gate(n_)) * self.up(n_)))[0]
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [..., Vd] of outputs [..., H]."""
+        return self.lm_head(self.norm(out))
+
+
 class HeadCache:
     """Keys/values of an EAGLE head's past inputs, with rollback (rows are positions)."""
 
@@ -226,6 +290,8 @@ class MedusaHeads(nn.Module):
 def build_head(cfg: HeadConfig) -> nn.Module:
     if cfg.method == "eagle":
         return EagleHead(cfg)
+    if cfg.method == "eagle3":
+        return Eagle3Head(cfg)
     if cfg.method == "medusa":
         return MedusaHeads(cfg)
     raise ValueError(f"unknown head method {cfg.method!r}")
