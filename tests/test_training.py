@@ -22,12 +22,14 @@ TINY = DataConfig(prompts_a=6, prompts_b=2, max_new_tokens=40, window=16)
 def test_training_prompts_are_our_own():
     from speculative.bench.datasets import load_questions
 
-    a = stage_a_prompts(300, seed=0)
-    assert len(a) == 300 and len(set(a)) > 250 and a == stage_a_prompts(300, seed=0)
+    bench = {t for q in load_questions("spec-bench") for t in q.turns} | {t for q in load_questions("dev") for t in q.turns}
+    for prompt_set in (1, 2):
+        a = stage_a_prompts(300, seed=0, prompt_set=prompt_set)
+        assert len(a) == 300 and len(set(a)) == 300 and a == stage_a_prompts(300, seed=0, prompt_set=prompt_set)
+        assert not (set(a) & bench)
+    assert stage_a_prompts(300, seed=1) != stage_a_prompts(300, seed=0)
     b = stage_b_prompts(["word " * 50, "short"], seed=0)
     assert len(b) == 1 and "word word" in b[0]
-    bench = {t for q in load_questions("spec-bench") for t in q.turns} | {t for q in load_questions("dev") for t in q.turns}
-    assert not (set(a) & bench)
 
 
 @pytest.mark.parametrize("method", ["eagle", "medusa"])

@@ -270,7 +270,7 @@ def cmd_train_drafter(args) -> int:
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
-                        seed=args.seed),
+                        seed=args.seed, prompt_set=args.prompt_set),
     )
     saved = out / "train_config.json"
     if saved.exists() and not args.fresh:
@@ -475,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--threads", type=int, default=None)
     tr.add_argument("--eval-prompts", type=int, default=None, help="development prompts for the held-out estimate (default: all)")
     tr.add_argument("--data-from", default=None, help="reuse the training data of another run folder (same target and data settings)")
+    tr.add_argument("--prompt-set", type=int, default=2, choices=(1, 2),
+                    help="training prompts: 2 (default) adds more kinds of chat requests to set 1's templates")
     tr.add_argument("--extra-data", action="append", metavar="RUN_FOLDER",
                     help="also train on the data of this earlier run folder (same target); repeatable")
     tr.add_argument("--seed", type=int, default=0, help="seed of the generated prompts and of training (default 0); "

@@ -360,12 +360,13 @@ def plots(results: dict, out: Path) -> list[str]:
             swept[m["method"].rsplit(" k=", 1)[0]].append(m)
     if swept:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, group in swept.items():
+        for i, (name, group) in enumerate(swept.items()):
             group.sort(key=lambda m: m["k"])
             ks = [m["k"] for m in group]
-            ax.plot(ks, [m["decode_speedup"]["mean"] for m in group], marker="o", label=f"{name} measured")
+            color = f"C{i % 10}"  # measured (solid) and predicted (dashed) share the method's color
+            ax.plot(ks, [m["decode_speedup"]["mean"] for m in group], marker="o", color=color, label=f"{name} measured")
             ax.plot(ks, [m.get("predicted", {}).get("speedup", np.nan) for m in group], ls="--", marker="x",
-                    label=f"{name} predicted")
+                    color=color, label=f"{name} predicted")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xlabel("k (most draft tokens per step)")
         ax.set_ylabel("decode speedup")
@@ -387,14 +388,15 @@ def _drafter_size_plot(sized: list[dict], out: Path, plt) -> str:
     for m in sized:
         by_k[m["k"]].append(m)
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for k, group in sorted(by_k.items(), key=lambda kv: kv[0] or 0):
+    for i, (k, group) in enumerate(sorted(by_k.items(), key=lambda kv: kv[0] or 0)):
         group.sort(key=lambda m: m["drafter_size_fraction"])
         x = [100 * m["drafter_size_fraction"] for m in group]
-        axes[0].plot(x, [m["acceptance_rate"] for m in group], marker="o", label=f"k={k}")
-        axes[1].plot(x, [m["mean_accepted_tokens"] for m in group], marker="o", label=f"k={k}")
-        axes[2].plot(x, [m["decode_speedup"]["mean"] for m in group], marker="o", label=f"k={k} measured")
+        c = f"C{i % 10}"  # one color per k; measured solid, predicted dashed
+        axes[0].plot(x, [m["acceptance_rate"] for m in group], marker="o", color=c, label=f"k={k}")
+        axes[1].plot(x, [m["mean_accepted_tokens"] for m in group], marker="o", color=c, label=f"k={k}")
+        axes[2].plot(x, [m["decode_speedup"]["mean"] for m in group], marker="o", color=c, label=f"k={k} measured")
         axes[2].plot(x, [m.get("predicted", {}).get("speedup", np.nan) for m in group], ls="--", marker="x",
-                     label=f"k={k} predicted")
+                     color=c, label=f"k={k} predicted")
     for ax, ylabel in zip(axes, ("acceptance rate α", "mean accepted tokens per step τ", "decode speedup")):
         ax.set_xlabel("drafter size (% of target's non-embedding parameters)")
         ax.set_ylabel(ylabel)

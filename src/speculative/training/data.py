@@ -35,6 +35,8 @@ class DataConfig:
         max_new_tokens: greedy tokens per prompt.
         window: prompt positions before the end whose hidden states are kept.
         topk: logits kept per output position.
+        prompt_set: 1 (the original templates) or 2 (adds more kinds of chat requests; see
+            :mod:`speculative.training.prompts`).
     """
 
     prompts_a: int = 600
@@ -43,6 +45,7 @@ class DataConfig:
     window: int = 32
     topk: int = 32
     seed: int = 0
+    prompt_set: int = 2
 
 
 def _run_example(backend, prompt_ids: list[int], cfg: DataConfig) -> dict:
@@ -147,7 +150,7 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
     try:
         for stage in ("a", "b"):
             if stage == "a":
-                prompts = stage_a_prompts(cfg.prompts_a, cfg.seed)
+                prompts = stage_a_prompts(cfg.prompts_a, cfg.seed, cfg.prompt_set)
             else:
                 passages = []
                 for p in sorted(data_dir.glob("a-*.texts.json")):

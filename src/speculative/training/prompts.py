@@ -5,6 +5,12 @@ stories, emails, code, arithmetic word problems with seeded numbers,
 translations of sentences written here). Stage B turns the target's own
 stage-A answers into passages for summarization, question answering and
 extraction prompts, so copy-heavy tasks are represented too.
+
+Prompt set 2 (the default of new runs) adds the kinds of requests people bring
+to chat assistants beyond set 1's templates: short factual and "why" questions,
+role play, letters and other writing forms, planning and advice, reasoning
+puzzles with seeded numbers, code explanation, and extraction from short
+synthetic records. Set 1 stays available so earlier runs reproduce.
 """
 
 from __future__ import annotations
@@ -97,17 +103,149 @@ def _math_prompt(rng: random.Random) -> str:
     return rng.choice(forms)
 
 
-def stage_a_prompts(n: int, seed: int = 0) -> list[str]:
-    """``n`` distinct stage-A prompts, deterministic for a seed."""
+WHY_QUESTIONS = [
+    "Why do leaves change colour in autumn?", "Why does bread rise?", "Why is the ocean salty?",
+    "Why do cats purr?", "Why does ice float on water?", "Why do we have leap years?",
+    "Why do onions make people cry?", "Why does metal feel colder than wood at the same temperature?",
+    "Why do birds fly south in winter?", "Why is the sunset red?", "Why do we yawn?",
+    "Why do stars twinkle?", "Why does a compass point north?", "Why do some trees lose their leaves?",
+    "Why do airplanes leave white trails in the sky?", "Why do we get goosebumps?",
+    "How does a refrigerator keep food cold?", "How do vaccines train the immune system?",
+    "How does a rainbow form?", "How do submarines dive and surface?", "How does GPS know where I am?",
+    "How do bees make honey?", "How does a microwave oven heat food?", "How do tides work?",
+    "How does a bicycle stay upright when it moves?", "How do noise-cancelling headphones work?",
+    "How is paper made from wood?", "How does compound interest work?", "How do glaciers move?",
+    "What causes earthquakes?", "What is inflation and why does it happen?", "What does a central bank do?",
+    "What is the difference between a virus and a bacterium?", "What is machine learning, in simple terms?",
+    "What is the greenhouse effect?", "What is a black hole made of?", "What is a haiku?",
+    "What did the Industrial Revolution change in daily life?", "What is democracy?",
+    "What is the role of the mitochondria in a cell?", "What is a prime number?",
+    "What is the difference between speed and velocity?", "What is photosynthesis used for by plants?",
+    "Who was Marie Curie and what did she discover?", "Who invented the telephone?",
+    "When did the first humans walk on the Moon?", "Where does the Amazon river start and end?",
+]
+
+PERSONAS = [
+    "a ship captain in the eighteenth century", "a friendly librarian", "a detective in a foggy city",
+    "a chef who runs a small mountain restaurant", "a park ranger", "a robot that has just learned to cook",
+    "a medieval blacksmith", "a museum curator", "a coach of a children's football team",
+    "an astronaut on the space station", "a baker opening a new shop", "a wise old tortoise",
+    "a travel agent", "a science teacher on the first day of school", "a lighthouse keeper",
+]
+
+SITUATIONS = [
+    "Welcome a new visitor and explain what you do all day.",
+    "A customer asks for your best recommendation. Answer in character.",
+    "Describe the most surprising thing that happened to you this week.",
+    "Give three pieces of advice to someone who wants your job.",
+    "Someone is lost and asks you for directions. Help them in character.",
+    "Tell a short story about your favourite day at work.",
+]
+
+WRITING_FORMS = [
+    ("a thank-you note", "to a neighbour who watered my plants while I was away"),
+    ("a short speech", "for a friend's birthday party"),
+    ("a complaint letter", "about a late train that made me miss a meeting"),
+    ("an invitation", "to a picnic in the park next Saturday"),
+    ("a restaurant review", "of a small noodle shop"),
+    ("a cover letter", "for a job as a library assistant"),
+    ("a recipe", "for a simple vegetable soup"),
+    ("a diary entry", "about the first snow of the year"),
+    ("a short news report", "about a local school winning a science competition"),
+    ("a motivational message", "for a team that just lost an important game"),
+    ("a packing list", "for a weekend camping trip"),
+    ("an apology email", "for missing a friend's dinner"),
+    ("a short fable", "about a fox and a crow"),
+    ("a limerick", "about a forgetful cat"),
+    ("a product review", "of a pair of running shoes"),
+    ("a message to a landlord", "asking to fix a broken heater"),
+]
+
+GOALS = [
+    "learn to play the guitar", "run five kilometres", "save money for a holiday", "read more books",
+    "learn basic Spanish", "sleep better", "cook healthy meals on a budget", "start a vegetable garden",
+    "prepare for a job interview", "organise a small wedding", "reduce screen time", "learn to swim",
+]
+
+CODE_SNIPPETS = [
+    "def f(xs):\n    return [x for x in xs if x % 2 == 0]",
+    "def g(s):\n    return s == s[::-1]",
+    "total = 0\nfor i in range(1, 11):\n    total += i * i\nprint(total)",
+    "def h(d):\n    return sorted(d, key=d.get, reverse=True)[:3]",
+    "words = text.split()\ncounts = {}\nfor w in words:\n    counts[w] = counts.get(w, 0) + 1",
+    "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))",
+]
+
+CITIES = ["Lisbon", "Oslo", "Nairobi", "Lima", "Osaka", "Toronto", "Krakow", "Adelaide", "Porto", "Quito"]
+JOBS = ["nurse", "carpenter", "teacher", "pilot", "gardener", "engineer", "baker", "journalist"]
+
+
+def _reasoning_prompt(rng: random.Random) -> str:
+    a, b, c = rng.randint(2, 12), rng.randint(3, 40), rng.randint(2, 9)
+    n1, n2, n3 = rng.sample(NAMES, 3)
+    forms = [
+        f"{n1} is {a} years older than {n2}. In {c} years the sum of their ages will be {2 * b + a + 2 * c}. How old is each now? Explain.",
+        f"A recipe needs {c} eggs for {a} people. How many eggs are needed for {a * b} people? Show your reasoning.",
+        f"A shirt costs {b * 5} dollars and is reduced by {c * 5} percent. What is the new price? Explain step by step.",
+        f"{n1}, {n2} and {n3} finished a race. {n2} was not last, and {n1} finished right after {n3}. {n3} was not first. Who won? Explain.",
+        f"A meeting starts at {rng.randint(8, 11)}:{rng.choice(['05', '20', '35', '50'])} and lasts {b + 30} minutes. When does it end?",
+        f"A tank holds {b * 10} litres and fills at {c} litres per minute. How long does it take to fill half of it?",
+        f"If {a} workers build a wall in {c * 2} days, how long would {a * 2} workers take at the same pace? Explain.",
+        f"What is {b} percent of {a * 50}? Show the calculation.",
+    ]
+    return rng.choice(forms)
+
+
+def _extraction_prompt(rng: random.Random) -> str:
+    people = rng.sample(NAMES, 3)
+    recs = [f"{p} is a {rng.choice(JOBS)} who lives in {rng.choice(CITIES)} and was born in {rng.randint(1950, 2005)}."
+            for p in people]
+    text = " ".join(recs)
+    asks = [
+        "List each person with their job as a bulleted list.",
+        "Return the people and their cities as JSON.",
+        "Who is the oldest person in the text? Explain briefly.",
+        "Make a table with the columns name, job, city and year of birth.",
+    ]
+    return f"{rng.choice(asks)}\n\nText: {text}"
+
+
+def stage_a_prompts(n: int, seed: int = 0, prompt_set: int = 2) -> list[str]:
+    """``n`` distinct stage-A prompts, deterministic for a seed and prompt set (1 or 2)."""
     rng = random.Random(seed)
     out: list[str] = []
     seen: set[str] = set()
     kinds = ["topic"] * 6 + ["code", "math", "translate"]
+    if prompt_set >= 2:
+        kinds = ["topic"] * 4 + ["code", "math", "translate"] + ["why"] * 2 + [
+            "roleplay", "writing", "writing", "advice", "reasoning", "explain_code", "extract"]
     for _ in range(50 * n):
         if len(out) >= n:
             break
         kind = rng.choice(kinds)
-        if kind == "topic":
+        if kind == "why":
+            q = rng.choice(WHY_QUESTIONS)
+            out.append(rng.choice([q, q + " Answer in a short paragraph.", q + " Explain it to a child.",
+                                   q + " Give a short answer and then the details."]))
+        elif kind == "roleplay":
+            out.append(f"Pretend you are {rng.choice(PERSONAS)}. {rng.choice(SITUATIONS)}")
+        elif kind == "writing":
+            form, about = rng.choice(WRITING_FORMS)
+            out.append(rng.choice([f"Write {form} {about}.", f"Please write {form} {about}. Keep it short.",
+                                   f"Can you help me write {form} {about}?"]))
+        elif kind == "advice":
+            out.append(rng.choice([f"Give me a {rng.randint(2, 8)}-week plan to {rng.choice(GOALS)}.",
+                                   f"What are the best tips for someone who wants to {rng.choice(GOALS)}?",
+                                   f"I want to {rng.choice(GOALS)}. Where should I start?"]))
+        elif kind == "reasoning":
+            out.append(_reasoning_prompt(rng))
+        elif kind == "explain_code":
+            out.append(rng.choice(["Explain what this Python code does:", "What does this code print or return? Explain.",
+                                   "Suggest a clearer name for this function and explain it:"])
+                       + "\n\n" + rng.choice(CODE_SNIPPETS))
+        elif kind == "extract":
+            out.append(_extraction_prompt(rng))
+        elif kind == "topic":
             t, u = rng.sample(TOPICS, 2)
             out.append(rng.choice(TEMPLATES).format(t=t, u=u))
         elif kind == "code":
