@@ -117,3 +117,36 @@ def test_make_drafter(capsys, tmp_path):
     assert block_count(out) == 30 - 6
     code, _, err = run_cli(capsys, "make-drafter", "--output", str(out))
     assert code == 2 and "exists" in err
+
+
+def test_drafter_tools_bad_input(capsys, tmp_path):
+    """import-drafter, export-drafter and train-drafter: one-line errors, nothing deleted or half-written."""
+
+    def err_of(*argv):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and "Traceback" not in err, err
+        return err
+
+    assert "does not exist" in err_of("import-drafter", str(tmp_path / "nope"), "-o", str(tmp_path / "o1"))
+    bad = tmp_path / "badjson"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    assert "not valid JSON" in err_of("import-drafter", str(bad), "-o", str(tmp_path / "o2"))
+    (bad / "config.json").write_text(json.dumps({"medusa_num_heads": 2}))
+    assert "no weights found" in err_of("import-drafter", str(bad), "-o", str(tmp_path / "o3"))
+    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3"))
+    assert "import-drafter" in err_of("generate", "Hi", "--drafter", f"eagle:{bad}")
+    assert "kind 'draft-model'" in err_of("export-drafter", "smollm2-135m-instruct-draft", "--format", "eagle",
+                                         "-o", str(tmp_path / "o4"))
+    assert "--k must be >= 1" in err_of("export-drafter", "smollm2-135m-instruct-eagle", "--format", "speculators",
+                                        "-o", str(tmp_path / "o5"), "--k", "0")
+    # train-drafter never deletes or writes into a folder that is not its own run folder
+    keep = tmp_path / "precious"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    assert "not a training run folder" in err_of("train-drafter", "--method", "eagle", "-o", str(keep), "--fresh")
+    assert (keep / "notes.txt").read_text() == "mine"
+    assert "--data-from" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o6"),
+                                   "--data-from", str(tmp_path / "nope"))
+    assert "unknown model" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o7"), "--target", "nosuch")
+    assert not (tmp_path / "nope").exists() and not (tmp_path / "o6").exists() and not (tmp_path / "o7").exists()

@@ -1,8 +1,6 @@
 """The cost model and the analysis formulas, against hand-computed values."""
 
-import math
 
-import numpy as np
 import pytest
 
 from speculative.cost_model import (

@@ -23,7 +23,9 @@ def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> N
         p.add_argument(
             "--drafter",
             default=None,
-            help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N], model:NAME (default: ngram)",
+            help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N,tree=W], model:NAME, "
+            "eagle:NAME[,tree=B], eagle3:FOLDER (transformers backend), medusa:NAME[,tree=B] "
+            "(default: ngram; `speculative drafters` lists them)",
         )
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS, help=f"default {DEFAULT_BACKEND}")
     p.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens per sequence (0: the model's maximum; default 4096)")
@@ -256,10 +258,18 @@ def cmd_train_drafter(args) -> int:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
     if args.lr is not None and not 0 < args.lr < 1:
         raise SpeculativeError(f"--lr must be between 0 and 1, got {args.lr}")
+    from .models import resolve
+
+    resolve(args.target, verify=False)  # an unknown target fails here, before any folder is touched
     for extra in args.extra_data or []:
         if not any((Path(extra) / "data").glob("*.npz")):
             raise SpeculativeError(f"--extra-data {extra}: no training data there (expected {extra}/data/*.npz)")
+    if args.data_from and not (Path(args.data_from) / "data").is_dir():
+        raise SpeculativeError(f"--data-from {args.data_from}: not a training run folder (no {args.data_from}/data)")
     out = Path(args.output)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "train_config.json").is_file())):
+        raise SpeculativeError(f"{out} exists and is not a training run folder (no train_config.json): "
+                               "choose a new --output")
     if args.epochs is None:
         args.epochs = 2 if args.method == "draft-model" else 6
     if args.batch_size is None:
@@ -268,7 +278,7 @@ def cmd_train_drafter(args) -> int:
         method="eagle" if args.method == "eagle" else ("medusa" if args.method == "medusa" else "draft-model"),
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
-        data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed,
+        data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
                         seed=args.seed, prompt_set=args.prompt_set),
     )
@@ -277,6 +287,7 @@ def cmd_train_drafter(args) -> int:
         import dataclasses
 
         old = json.loads(saved.read_text())
+        old.setdefault("target", args.target)  # run folders from before the target was recorded
         new = dataclasses.asdict(cfg)
         if args.method == "draft-model":
             new.update(n_layers=args.layers, intermediate=args.intermediate)
@@ -305,7 +316,16 @@ def cmd_export_drafter(args) -> int:
     from .interchange import export_eagle, export_medusa
     from .training.heads import HeadConfig
 
+    if args.k < 1:
+        raise SpeculativeError(f"--k must be >= 1, got {args.k}")
     folder = trained_drafter_dir(args.drafter)
+    method = json.loads((folder / "drafter.json").read_text()).get("method")
+    want = "medusa" if args.format == "medusa" else "eagle"
+    if method != want:
+        raise SpeculativeError(f"{args.drafter} is a drafter of kind '{method}'; only {want} drafters export to the "
+                               f"{args.format} layout")
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise SpeculativeError(f"--output {args.output} is a file")
     cfg = HeadConfig.from_json((folder / "drafter.json").read_text())
     if args.format in ("speculators", "eagle"):
         out = export_eagle(folder, args.output, args.format, verifier=args.verifier or "", speculative_tokens=args.k)
@@ -326,6 +346,9 @@ def cmd_export_drafter(args) -> int:
 def cmd_import_drafter(args) -> int:
     from .interchange import detect_layout, import_checkpoint
 
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise SpeculativeError(f"--output {args.output} is a file")
+    layout = detect_layout(args.source)  # fails fast on a wrong folder, before loading the target
     vocab = 0
     if args.target:
         from .backends import load_backend
@@ -333,7 +356,6 @@ def cmd_import_drafter(args) -> int:
         b = load_backend(args.target, args.backend, n_ctx=256, check_numerics=False)
         vocab = b.vocab_size
         b.close()
-    layout = detect_layout(args.source)
     out = import_checkpoint(args.source, args.output, target_name=args.target or "", target_vocab_size=vocab)
     kind = "medusa" if layout == "medusa" else ("eagle3" if layout.endswith("eagle3") else "eagle")
     hint = " --backend transformers" if kind == "eagle3" else ""
@@ -487,17 +509,19 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export-drafter", help="export a trained head to vLLM's speculators format, EAGLE-1 or Medusa-1 layout")
     ex.add_argument("drafter", help="shipped drafter name or trained drafter folder")
     ex.add_argument("--format", required=True, choices=("speculators", "eagle", "medusa"))
-    ex.add_argument("--output", "-o", required=True)
-    ex.add_argument("--verifier", default=None, help="the target's Hugging Face id or path, recorded in the config")
+    ex.add_argument("--output", "-o", required=True, help="folder to write (config.json and weights)")
+    ex.add_argument("--verifier", default=None, help="the target's Hugging Face id or path, recorded in the config "
+                    "(vLLM loads the verifier from it; default: the registered name the drafter was trained for)")
     ex.add_argument("--target", default=None, help="medusa: the target whose LM head the heads use (default: the trained one)")
     ex.add_argument("--k", type=int, default=5, help="speculators: speculative tokens of the proposal method (default 5)")
     ex.set_defaults(func=cmd_export_drafter)
 
     im = sub.add_parser("import-drafter", help="import a published EAGLE-1, EAGLE-3, speculators (eagle, eagle3) or Medusa-1 checkpoint folder")
     im.add_argument("source", help="checkpoint folder (config.json and weights)")
-    im.add_argument("--output", "-o", required=True)
+    im.add_argument("--output", "-o", required=True, help="drafter folder to write (use it as --drafter KIND:FOLDER)")
     im.add_argument("--target", default=None, help="the target it will run with (checks the vocabulary)")
-    im.add_argument("--backend", default="transformers", choices=("llama.cpp", "transformers"))
+    im.add_argument("--backend", default="transformers", choices=("llama.cpp", "transformers"),
+                    help="backend that loads --target for the check (default transformers)")
     im.set_defaults(func=cmd_import_drafter)
 
     pr = sub.add_parser("profile", help="measure the target's verification cost T(n) and the speedup ceiling per k")

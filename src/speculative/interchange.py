@@ -78,9 +78,12 @@ def export_eagle(drafter_dir: str | Path, out_dir: str | Path, layout: str = "sp
 
     from .training.heads import load_head
 
+    names = {"speculators": ("fusion_fc", "transformer."), "eagle": ("fc", "layers.0.")}
+    if layout not in names:
+        raise ConfigError(f"unknown layout '{layout}': choose speculators or eagle")
     head, cfg = load_head(Path(drafter_dir))
     if cfg.method != "eagle":
-        raise ConfigError(f"{drafter_dir} is a {cfg.method} drafter; only eagle heads export to {layout}")
+        raise ConfigError(f"{drafter_dir} holds a drafter of kind '{cfg.method}'; only eagle heads export to {layout}")
     sd = {k: v.detach().float().contiguous() for k, v in head.state_dict().items()}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -88,12 +91,13 @@ def export_eagle(drafter_dir: str | Path, out_dir: str | Path, layout: str = "sp
     fc_w = _swap_halves(sd["fc.weight"], cfg.hidden_size).contiguous()
     note = ("trained by speculative with a sliding attention window of "
             f"{cfg.window} positions on the target's final (post-norm) hidden states")
+    fc, prefix = names[layout]
+    tensors = {f"{fc}.weight": fc_w}
+    if "fc.bias" in sd:
+        tensors[f"{fc}.bias"] = sd["fc.bias"]
+    for theirs, ours in _OURS.items():
+        tensors[prefix + theirs] = sd[ours]
     if layout == "speculators":
-        tensors = {"fusion_fc.weight": fc_w}
-        if "fc.bias" in sd:
-            tensors["fusion_fc.bias"] = sd["fc.bias"]
-        for theirs, ours in _OURS.items():
-            tensors[f"transformer.{theirs}"] = sd[ours]
         config = {
             "speculators_model_type": "eagle",
             "architectures": ["EagleSpeculator", "LlamaDecoderLayer"],
@@ -109,16 +113,9 @@ def export_eagle(drafter_dir: str | Path, out_dir: str | Path, layout: str = "sp
             },
             "speculative_note": note,
         }
-    elif layout == "eagle":
-        tensors = {"fc.weight": fc_w}
-        if "fc.bias" in sd:
-            tensors["fc.bias"] = sd["fc.bias"]
-        for theirs, ours in _OURS.items():
-            tensors[f"layers.0.{theirs}"] = sd[ours]
+    else:
         config = {**_llama_layer_config(cfg, vocab), "bias": "fc.bias" in sd, "speculative_note": note,
                   "base_model_name_or_path": verifier or cfg.target}
-    else:
-        raise ConfigError(f"unknown layout '{layout}': choose speculators or eagle")
     save_file(tensors, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(config, indent=1))
     return out
@@ -133,7 +130,7 @@ def export_medusa(drafter_dir: str | Path, out_dir: str | Path, target_head_rows
 
     head, cfg = load_head(Path(drafter_dir))
     if cfg.method != "medusa":
-        raise ConfigError(f"{drafter_dir} is a {cfg.method} drafter, not medusa")
+        raise ConfigError(f"{drafter_dir} holds a drafter of kind '{cfg.method}', not medusa")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lm = torch.from_numpy(np.asarray(target_head_rows, dtype=np.float32))
@@ -164,6 +161,28 @@ def _load_tensors(folder: Path) -> dict:
     return tensors
 
 
+def _read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelLoadError(f"{folder} has no config.json: not a draft-head checkpoint")
+    try:
+        cfg = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{path} is not valid JSON ({e})") from e
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{path} does not hold a JSON object")
+    return cfg
+
+
+def _load_state(head, state: dict, src: Path) -> None:
+    """``head.load_state_dict(state)`` with a one-line error naming the first mismatch."""
+    try:
+        head.load_state_dict(state)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise ModelLoadError(f"{src}: weights do not match its config.json: {lines[1] if len(lines) > 1 else lines[0]}") from e
+
+
 def detect_layout(folder: str | Path) -> str:
     """"speculators", "eagle", "eagle3" or "medusa" (from config.json and tensor names).
 
@@ -171,10 +190,11 @@ def detect_layout(folder: str | Path) -> str:
         ModelLoadError: not a recognized draft-head checkpoint.
     """
     folder = Path(folder)
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise ModelLoadError(f"{folder} has no config.json: not a draft-head checkpoint")
-    cfg = json.loads(cfg_path.read_text())
+    if not folder.is_dir():
+        raise ModelLoadError(f"{folder} does not exist or is not a folder")
+    cfg = _read_config(folder)
+    if not any(folder.glob("*.safetensors")) and not any((folder / n).is_file() for n in ("pytorch_model.bin", "medusa_lm_head.pt")):
+        raise ModelLoadError(f"{folder}: no weights found (*.safetensors, pytorch_model.bin, medusa_lm_head.pt)")
     if "speculators_model_type" in cfg:
         return "speculators-" + str(cfg["speculators_model_type"])
     if "medusa_num_heads" in cfg:
@@ -198,19 +218,26 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
     Raises:
         ModelLoadError: unrecognized or unsupported layout, or missing tensors.
     """
+    src = Path(src)
+    layout = detect_layout(src)
+    cfg_json = _read_config(src)
+    tensors = {k: v.float() for k, v in _load_tensors(src).items()}
+    try:
+        return _import(src, Path(out_dir), layout, cfg_json, tensors, target_name, target_vocab_size, window)
+    except KeyError as e:  # a config key or tensor the layout requires
+        raise ModelLoadError(f"{src}: {layout} checkpoint lacks {e} (in config.json or the weights)") from e
+
+
+def _import(src: Path, out: Path, layout: str, cfg_json: dict, tensors: dict, target_name: str,
+            target_vocab_size: int, window: int) -> Path:
     import torch
 
     from .training.heads import HeadConfig, MedusaHeads, build_head, save_head
 
-    src = Path(src)
-    layout = detect_layout(src)
-    cfg_json = json.loads((src / "config.json").read_text())
-    tensors = {k: v.float() for k, v in _load_tensors(src).items()}
     if layout in ("eagle3", "speculators-eagle3"):
-        return _import_eagle3(src, Path(out_dir), layout, cfg_json, tensors, target_name, target_vocab_size, window)
+        return _import_eagle3(src, out, layout, cfg_json, tensors, target_name, target_vocab_size, window)
     if layout.startswith("speculators-") and layout != "speculators-eagle":
         raise ModelLoadError(f"{src}: speculators model type {layout.split('-', 1)[1]!r} is not supported")
-    out = Path(out_dir)
     if layout in ("eagle", "speculators-eagle"):
         lc = cfg_json.get("transformer_layer_config", cfg_json)
         prefix = "transformer." if layout == "speculators-eagle" else "layers.0."
@@ -233,7 +260,7 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
             state["fc.bias"] = tensors[f"{fc}.bias"]
         for theirs, ours in _OURS.items():
             state[ours] = tensors[prefix + theirs]
-        head.load_state_dict(state)
+        _load_state(head, state, src)
         save_head(head, hcfg, out, int8=False)
         return out
     # Medusa-1
@@ -254,7 +281,7 @@ def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "
     for i in range(k):
         state[f"blocks.{i}.weight"] = tensors[f"{i}.0.linear.weight"]
         state[f"blocks.{i}.bias"] = tensors[f"{i}.0.linear.bias"]
-    head.load_state_dict(state)
+    _load_state(head, state, src)
     save_head(head, hcfg, out, int8=False)
     lm = torch.stack([tensors[f"{i}.{n_layers}.weight"] for i in range(k)])
     from safetensors.torch import save_file
@@ -316,10 +343,7 @@ def _import_eagle3(src: Path, out: Path, layout: str, cfg_json: dict, tensors: d
         state["fc.bias"] = tensors["fc.bias"]
     for theirs, ours in _EAGLE3_NAMES.items():
         state[ours] = tensors[prefix + theirs]
-    try:
-        head.load_state_dict(state)
-    except RuntimeError as e:
-        raise ModelLoadError(f"{src}: EAGLE-3 weights do not match its config.json: {str(e).splitlines()[0]}") from e
+    _load_state(head, state, src)
     save_head(head, hcfg, out, int8=False)
     return out
 

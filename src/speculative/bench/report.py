@@ -236,7 +236,9 @@ def markdown(results: dict) -> str:
         f"{env['date']}, speculative {env['speculative']}, llama-cpp-python {env['llama_cpp_python']}, "
         f"torch {env['torch']}, transformers {env['transformers']}, {env['cpus']} CPUs ({env['machine']}).",
         f"Dataset {cfg['dataset']}, {results['questions']} questions, max {cfg['max_new_tokens']} new tokens, "
-        f"temperature {cfg['temperature']}, k = {cfg['k']}, draft policy {cfg['draft_policy']}.",
+        f"temperature {cfg['temperature']}, "
+        + (f"k swept over {', '.join(map(str, cfg['sweep_k']))}" if cfg.get("sweep_k") else f"k = {cfg['k']}")
+        + f", draft policy {cfg['draft_policy']}.",
         "",
         "## Speedup over plain decoding (end-to-end, prefill included), Spec-Bench form",
         "",

@@ -183,9 +183,12 @@ def trained_drafter_dir(name: str) -> "Path":
         return p
     if (p / "drafter" / "drafter.json").is_file():  # a train-drafter output folder
         return p / "drafter"
+    hint = ""
+    if (p / "config.json").is_file():
+        hint = " (it looks like a published checkpoint: convert it with `speculative import-drafter` first)"
     raise ModelNotFoundError(
         f"unknown drafter '{name}': not a shipped drafter ({', '.join(shipped_drafters()) or 'none'}) "
-        f"nor a folder with drafter.json"
+        f"nor a folder with drafter.json{hint}"
     )
 
 

@@ -195,7 +195,7 @@ class EagleDrafter(_HeadDrafter):
         super().__init__(folder, tree, device)
         if self.cfg.method != self.kind:
             hint = " (use the eagle3: drafter)" if self.cfg.method == "eagle3" else ""
-            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not an {self.kind} one{hint}")
+            raise ConfigError(f"{folder} holds a drafter of kind '{self.cfg.method}', not {self.kind}{hint}")
         self.hidden_window = self.cfg.window
 
     @property
@@ -310,7 +310,7 @@ class MedusaDrafter(_HeadDrafter):
     def __init__(self, folder, tree: int = 0, device: str = "cpu"):
         super().__init__(folder, tree, device)
         if self.cfg.method != "medusa":
-            raise ConfigError(f"{folder} holds a {self.cfg.method} drafter, not a medusa one")
+            raise ConfigError(f"{folder} holds a drafter of kind '{self.cfg.method}', not medusa")
         self.own_lm = None  # imported Medusa-1 heads carry their own LM heads [K, V, H]
         if (self.folder / "lm_heads.safetensors").is_file():
             from safetensors.torch import load_file

@@ -1,5 +1,5 @@
-"""Shared pieces of the training loops: warm-up + cosine schedule, per-epoch checkpoints that
-resume, and the int8 per-row weight storage of shipped drafters."""
+"""Shared pieces of the training loops: the epoch loop, warm-up + cosine schedule, per-epoch
+checkpoints that resume, and the int8 per-row weight storage of shipped drafters."""
 
 from __future__ import annotations
 
@@ -59,6 +59,43 @@ class EpochCheckpoint:
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                     "epoch": epochs_done, "history": history}, tmp)
         tmp.replace(self.path)
+
+
+def train_epochs(model, checkpoint: EpochCheckpoint, epochs: int, batches, loss_fn, params, opt, sched,
+                 desc: str, progress: bool = True, validate=None) -> list[dict]:
+    """Run (or resume) the epochs ``checkpoint`` has not finished; returns the per-epoch history.
+
+    Args:
+        batches: ``batches(epoch)`` -> a sized sequence of batches (seeded per epoch, so a resumed
+            run sees the same order as an uninterrupted one).
+        loss_fn: ``loss_fn(batch)`` -> ``(loss tensor or None to skip, top-1 accuracy float)``.
+        validate: optional ``validate()`` -> dict of metrics added to the epoch's record (run in
+            eval mode).
+    """
+    import numpy as np
+    from tqdm import tqdm
+
+    start, history = checkpoint.resume()
+    for epoch in range(start, epochs):
+        model.train()
+        todo = batches(epoch)
+        bar = tqdm(total=len(todo), desc=f"{desc} epoch {epoch + 1}/{epochs}", disable=not progress)
+        losses = []
+        for batch in todo:
+            loss, top1 = loss_fn(batch)
+            if loss is None:
+                continue
+            losses.append(optimizer_step(loss, params, opt, sched))
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", top1=f"{top1:.2f}")
+            bar.update(1)
+        bar.close()
+        model.eval()
+        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else float("nan")}
+        if validate is not None:
+            record.update(validate())
+        history.append(record)
+        checkpoint.save(epoch + 1, history)
+    return history
 
 
 def int8_rows(t, min_numel: int = 0) -> dict:

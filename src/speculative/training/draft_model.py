@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import EpochCheckpoint, cosine_schedule, int8_rows, optimizer_step
+from .checkpoint import EpochCheckpoint, cosine_schedule, int8_rows, train_epochs
 
 LAYERS_FILE = "layers.safetensors"
 
@@ -85,7 +85,6 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
     """Distill a draft model; checkpoint per epoch; returns training metrics."""
     import torch
     import torch.nn.functional as F
-    from tqdm import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +94,6 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
     steps = math.ceil(len(examples) / batch_size) * epochs
     sched = cosine_schedule(opt, steps, warmup_steps=30)
     checkpoint = EpochCheckpoint(out_dir, draft, opt, sched)
-    start, history = checkpoint.resume()
     E = draft.model.embed_tokens.weight
 
     def batch_loss(batch):
@@ -126,22 +124,13 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
         top1 = (logq.argmax(-1) == tid[torch.arange(len(tid)), tp.argmax(-1)]).float().mean().item()
         return loss, top1
 
-    rng = np.random.default_rng(0)
+    def batches(epoch):
+        order = np.random.default_rng(epoch).permutation(len(examples))
+        return [[examples[j] for j in order[i : i + batch_size]] for i in range(0, len(order), batch_size)]
+
     t0 = time.time()
-    for epoch in range(start, epochs):
-        draft.train()
-        order = rng.permutation(len(examples))
-        bar = tqdm(total=math.ceil(len(order) / batch_size), desc=f"train draft-model ({n_layers} layers) epoch {epoch + 1}/{epochs}",
-                   disable=not progress)
-        losses = []
-        for i in range(0, len(order), batch_size):
-            loss, top1 = batch_loss([examples[j] for j in order[i : i + batch_size]])
-            losses.append(optimizer_step(loss, params, opt, sched))
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", top1=f"{top1:.2f}")
-            bar.update(1)
-        bar.close()
-        history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses))})
-        checkpoint.save(epoch + 1, history)
+    history = train_epochs(draft, checkpoint, epochs, batches, batch_loss, params, opt, sched,
+                           f"train draft-model ({n_layers} layers)", progress)
     draft.eval()
     return {"model": draft, "picks": picks, "history": history, "train_seconds": time.time() - t0,
             "non_embedding_parameters": non_embedding_parameters(draft)}
@@ -152,7 +141,6 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
 
 def save_layers(draft, folder: Path, target: str, target_gguf: str) -> None:
     """The shipped form: decoder layers and final norm (int8 per row), no embeddings."""
-    import torch
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import EpochCheckpoint, cosine_schedule, optimizer_step
+from .checkpoint import EpochCheckpoint, cosine_schedule, train_epochs
 from .data import DataConfig, draft_vocabulary, generate_data, load_shards
 
 
@@ -45,6 +45,7 @@ class TrainConfig:
     threads: int | None = None
     eval_prompts: int | None = None  # development prompts for the held-out estimate (None: all)
     data_from: str | None = None  # reuse the data folder of another run (same target)
+    target: str = ""  # the target as given on the command line (recorded so a resume checks it)
     extra_data: list[str] = field(default_factory=list)  # more run folders whose data/ to add
     dropout: float = 0.1
     weight_decay: float = 0.05
@@ -123,7 +124,6 @@ def _medusa_tensors(batch, vocab_index, K, torch):
 def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool = True) -> dict:
     """Run (or resume) the whole pipeline; returns the metrics written to ``metrics.json``."""
     import torch
-    from tqdm import tqdm
 
     from ..backends import load_backend
     from ..drafters.heads import target_embedding_matrices
@@ -174,7 +174,6 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     total = steps_per_epoch * cfg.epochs
     sched = cosine_schedule(opt, total, warmup_steps=50)
     checkpoint = EpochCheckpoint(out_dir, head, opt, sched)
-    start_epoch, history = checkpoint.resume()
 
     def loss_of(batch, train_mode: bool):
         if cfg.method == "eagle":
@@ -205,26 +204,18 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         acc = ((lg[0].argmax(-1) == labels[:, 0]) & (labels[:, 0] >= 0)).sum().item() / max(1, (labels[:, 0] >= 0).sum().item())
         return loss, acc
 
-    t_train0 = time.time()
-    for epoch in range(start_epoch, cfg.epochs):
-        head.train()
-        bar = tqdm(total=steps_per_epoch, desc=f"train {cfg.method} epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
-        losses = []
-        for batch in _batches(train, cfg.batch_size, np.random.default_rng(cfg.seed + epoch)):
-            loss, acc = loss_of(batch, True)
-            if loss is None:
-                continue
-            losses.append(optimizer_step(loss, list(head.parameters()), opt, sched))
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", acc=f"{acc:.2f}")
-            bar.update(1)
-        bar.close()
-        head.eval()
+    def batches(epoch):
+        return list(_batches(train, cfg.batch_size, np.random.default_rng(cfg.seed + epoch)))
+
+    def validate():
         with torch.no_grad():
             vl = [loss_of(val[i : i + cfg.batch_size], False) for i in range(0, len(val), cfg.batch_size)]
         vl = [(x.item(), a) for x, a in vl if x is not None]
-        history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "val_loss": float(np.mean([x for x, _ in vl])),
-                        "val_top1": float(np.mean([a for _, a in vl]))})
-        checkpoint.save(epoch + 1, history)
+        return {"val_loss": float(np.mean([x for x, _ in vl])), "val_top1": float(np.mean([a for _, a in vl]))}
+
+    t_train0 = time.time()
+    history = train_epochs(head, checkpoint, cfg.epochs, batches, lambda b: loss_of(b, True), list(head.parameters()),
+                           opt, sched, f"train {cfg.method}", progress, validate)
     t_train = time.time() - t_train0
 
     drafter_dir = out_dir / "drafter"
