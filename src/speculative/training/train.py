@@ -249,6 +249,8 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
     t_data = time.time() - t0
     examples = load_shards(data_dir)
+    for extra in cfg.extra_data:
+        examples += load_shards(Path(extra) / "data")
     res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
                             intermediate=intermediate, progress=progress, lr=cfg.lr or 5e-4)
     draft = res.pop("model")
