@@ -28,20 +28,24 @@ from speculative.interchange import detect_layout, export_eagle, import_checkpoi
 H, NH, NKV, HD, INTER = 64, 4, 2, 16, 128
 
 
-@pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory, smol):
+def _tiny_llama(folder, smol, n_layers: int, seed: int):
+    """A randomly initialized Llama of width 64 with SmolLM2's tokenizer, loaded by the transformers backend."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from speculative.backends.transformers import convert_gguf
 
-    folder = tmp_path_factory.mktemp("tiny-target")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=2, num_attention_heads=NH,
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=n_layers, num_attention_heads=NH,
                       num_key_value_heads=NKV, head_dim=HD, vocab_size=smol.vocab_size, max_position_embeddings=512,
                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
     LlamaForCausalLM(cfg).save_pretrained(folder)
     AutoTokenizer.from_pretrained(convert_gguf(str(smol.path))).save_pretrained(folder)
-    b = load_backend(str(folder), "transformers", n_ctx=512)
+    return load_backend(str(folder), "transformers", n_ctx=512)
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory, smol):
+    b = _tiny_llama(tmp_path_factory.mktemp("tiny-target"), smol, n_layers=2, seed=0)
     yield b
     b.close()
 
@@ -179,18 +183,7 @@ VD = 300  # draft vocabulary of the EAGLE-3 test head
 
 @pytest.fixture(scope="module")
 def tiny_target8(tmp_path_factory, smol):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from speculative.backends.transformers import convert_gguf
-
-    folder = tmp_path_factory.mktemp("tiny-target8")
-    torch.manual_seed(3)
-    cfg = LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=L3, num_attention_heads=NH,
-                      num_key_value_heads=NKV, head_dim=HD, vocab_size=smol.vocab_size, max_position_embeddings=512,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(convert_gguf(str(smol.path))).save_pretrained(folder)
-    b = load_backend(str(folder), "transformers", n_ctx=512)
+    b = _tiny_llama(tmp_path_factory.mktemp("tiny-target8"), smol, n_layers=L3, seed=3)
     yield b
     b.close()
 

@@ -115,7 +115,44 @@ class TargetWeights:
         return self.embed[ids].to(self.dtype)
 
 
-class EagleHead(nn.Module):
+class _DecoderLayer(nn.Module):
+    """What EAGLE and EAGLE-3 heads share: rotary attention over a sliding window of ``cfg.window``
+    positions (with an incremental :class:`HeadCache`), and the residual MLP block. Subclasses
+    define q/k/v/o_proj, post_norm, gate/up/down and ``drop``."""
+
+    def _qkv(self, x, pos):
+        c = self.cfg
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        return _rope(q, pos, c.rope_theta), _rope(k, pos, c.rope_theta), v
+
+    def _attend(self, q, k, v, mask):
+        rep = self.cfg.n_heads // self.cfg.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        B, _, T, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+    def _block(self, x, attn_out):
+        h = x + self.drop(attn_out)
+        n = self.post_norm(h)
+        return h + self.drop(self.down(F.silu(self.gate(n)) * self.up(n)))
+
+    def _attend_cached(self, x, cache: HeadCache):
+        """Self-attention output [1, n, H] of n new inputs x [1, n, D], appended to ``cache``."""
+        n = x.shape[1]
+        pos = torch.arange(cache.length, cache.length + n, device=x.device)
+        q, k, v = self._qkv(x, pos)
+        cache.append(k, v)
+        K, V, kpos = cache.window_kv(self.cfg.window + n)
+        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - self.cfg.window)
+        return self._attend(q, K, V, mask)
+
+
+class EagleHead(_DecoderLayer):
     """One decoder layer over (feature, next-token embedding) pairs, predicting the next feature."""
 
     def __init__(self, cfg: HeadConfig):
@@ -139,27 +176,6 @@ class EagleHead(nn.Module):
     def set_dropout(self, p: float) -> None:
         self.drop.p = float(p)
 
-    def _qkv(self, x, pos):
-        c = self.cfg
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        return _rope(q, pos, c.rope_theta), _rope(k, pos, c.rope_theta), v
-
-    def _attend(self, q, k, v, mask):
-        rep = self.cfg.n_heads // self.cfg.n_kv_heads
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        B, _, T, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
-
-    def _block(self, x, attn_out):
-        h = x + self.drop(attn_out)
-        n = self.post_norm(h)
-        return h + self.drop(self.down(F.silu(self.gate(n)) * self.up(n)))
-
     def forward(self, features: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
         """Training: features [B, T, H] and embeddings of the next tokens [B, T, H] -> predicted next features.
 
@@ -179,16 +195,10 @@ class EagleHead(nn.Module):
     def step(self, features: torch.Tensor, next_embeds: torch.Tensor, cache: HeadCache) -> torch.Tensor:
         """Append n (feature, next embedding) pairs [n, H] to ``cache``; returns their outputs [n, H]."""
         x = self.fc(torch.cat([features, next_embeds], dim=-1))[None]  # [1, n, H]
-        n = x.shape[1]
-        pos = torch.arange(cache.length, cache.length + n, device=x.device)
-        q, k, v = self._qkv(x, pos)
-        cache.append(k, v)
-        K, V, kpos = cache.window_kv(self.cfg.window + n)
-        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - self.cfg.window)
-        return self._block(x, self._attend(q, K, V, mask))[0]
+        return self._block(x, self._attend_cached(x, cache))[0]
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(_DecoderLayer):
     """EAGLE-3 (Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language
     Models via Training-Time Test", section 3): ``fc`` fuses the target's hidden states of three
     layers ([n, 3 * Ht] -> [n, H]); one decoder layer reads [norm(embedding), norm(feature)]
@@ -214,9 +224,7 @@ class Eagle3Head(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
         self.norm = RMSNorm(h, cfg.norm_eps)
         self.lm_head = nn.Linear(h, len(cfg.vocab_ids), bias=False)
-
-    _qkv = EagleHead._qkv
-    _attend = EagleHead._attend
+        self.drop = nn.Identity()  # inference only
 
     def step(self, features: torch.Tensor, next_embeds: torch.Tensor, cache: HeadCache) -> torch.Tensor:
         """Append n (feature, next embedding) pairs to ``cache``; features are the target's fused
@@ -230,15 +238,7 @@ class Eagle3Head(nn.Module):
         else:
             hid = self.hidden_norm(features)
         x = torch.cat([self.input_norm(next_embeds), hid], dim=-1)[None]  # [1, n, 2H]
-        n = x.shape[1]
-        pos = torch.arange(cache.length, cache.length + n, device=x.device)
-        q, k, v = self._qkv(x, pos)
-        cache.append(k, v)
-        K, V, kpos = cache.window_kv(self.cfg.window + n)
-        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - self.cfg.window)
-        h = features[None] + self._attend(q, K, V, mask)
-        n_ = self.post_norm(h)
-        return (h + self.down(F.silu(self.gate(n_)) * self.up(n_)))[0]
+        return self._block(features[None], self._attend_cached(x, cache))[0]
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits [..., Vd] of outputs [..., H]."""
