@@ -356,7 +356,8 @@ def cmd_import_drafter(args) -> int:
         b = load_backend(args.target, args.backend, n_ctx=256, check_numerics=False)
         vocab = b.vocab_size
         b.close()
-    out = import_checkpoint(args.source, args.output, target_name=args.target or "", target_vocab_size=vocab)
+    out = import_checkpoint(args.source, args.output, target_name=args.target or "", target_vocab_size=vocab,
+                            layout=layout)
     kind = "medusa" if layout == "medusa" else ("eagle3" if layout.endswith("eagle3") else "eagle")
     hint = " --backend transformers" if kind == "eagle3" else ""
     print(f"imported {layout} checkpoint into {out}; use it with{hint} --drafter {kind}:{out}")

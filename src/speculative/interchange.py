@@ -208,18 +208,19 @@ def detect_layout(folder: str | Path) -> str:
 
 
 def import_checkpoint(src: str | Path, out_dir: str | Path, target_name: str = "", target_vocab_size: int = 0,
-                      window: int = 4096) -> Path:
+                      window: int = 4096, layout: str | None = None) -> Path:
     """Convert a published EAGLE / speculators / Medusa checkpoint into a drafter folder of ours.
 
     The imported head drafts over the target's full vocabulary (its own LM head
     for EAGLE; the checkpoint's per-head LM heads for Medusa) and attends over
     ``window`` past positions (EAGLE heads are trained with full causal attention).
+    ``layout``: what :func:`detect_layout` returned for ``src``, if already known.
 
     Raises:
         ModelLoadError: unrecognized or unsupported layout, or missing tensors.
     """
     src = Path(src)
-    layout = detect_layout(src)
+    layout = layout or detect_layout(src)
     cfg_json = _read_config(src)
     tensors = {k: v.float() for k, v in _load_tensors(src).items()}
     try:
