@@ -32,6 +32,28 @@ def test_training_prompts_are_our_own():
     assert len(b) == 1 and "word word" in b[0]
 
 
+def test_self_instruct_prompt_set_is_kept_and_reused(tmp_path):
+    """Prompt set 3: half the stage-A prompts are requests the target writes; they are saved once."""
+    from speculative.bench.datasets import load_questions
+    from speculative.training.data import generate_data
+    from speculative.training.prompts import self_instruct_pool
+
+    cfg = DataConfig(prompts_a=6, prompts_b=0, max_new_tokens=4, window=8, prompt_set=3, parallel=4, seed=3)
+    d = generate_data(TARGET, tmp_path, cfg, progress=False)
+    prompts = json.loads((d / "prompts-a.json").read_text())
+    written = set(stage_a_prompts(3, seed=3, prompt_set=2))
+    generated = [p for p in prompts if p not in written]
+    assert len(prompts) == 6 and len(set(prompts)) == 6 and len(generated) == 3
+    held_out = {t for name in ("spec-bench", "dev") for q in load_questions(name) for t in q.turns}
+    assert all("\n" not in p and p not in held_out and p not in self_instruct_pool(3) for p in generated)
+    before = load_shards(d)
+    assert len(before) == 6
+    (d / "a-0000.npz").unlink()  # resume: the saved prompts are reused, not sampled again
+    generate_data(TARGET, tmp_path, cfg, progress=False)
+    assert json.loads((d / "prompts-a.json").read_text()) == prompts
+    assert all(np.array_equal(x["tokens"], y["tokens"]) for x, y in zip(before, load_shards(d), strict=True))
+
+
 @pytest.mark.parametrize("method", ["eagle", "medusa"])
 def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method):
     out = tmp_path_factory.mktemp(method)
@@ -62,6 +84,29 @@ def test_data_generation_resumes_after_a_lost_shard(tmp_path):
     after = load_shards(d)
     assert len(after) == len(before) == 60
     assert all(np.array_equal(x["tokens"], y["tokens"]) for x, y in zip(before, after))
+    # two runs that share prompts train on each prompt once
+    from speculative.training.data import load_training_examples
+
+    assert len(load_training_examples([d, d])) == 60
+
+
+def test_batched_data_generation_equals_one_prompt_at_a_time(tmp_path):
+    """Decoding prompts in lockstep (one sequence each) gives the same data, bit for bit."""
+    import dataclasses
+
+    from speculative.training.data import generate_data
+
+    cfg = DataConfig(prompts_a=7, prompts_b=0, max_new_tokens=48, window=8, parallel=1)
+    one = load_shards(generate_data(TARGET, tmp_path / "one", cfg, progress=False))
+    many = load_shards(generate_data(TARGET, tmp_path / "many", dataclasses.replace(cfg, parallel=4), progress=False))
+    assert len(one) == len(many) == 7
+    lengths = {len(e["tokens"]) - e["prompt_len"] for e in one}
+    assert len(lengths) > 1, "the prompts should finish at different steps"
+    for a, b in zip(one, many):
+        assert a["prompt_len"] == b["prompt_len"] and a["feat_start"] == b["feat_start"]
+        for key in ("tokens", "feats", "topk_vals", "lse"):
+            assert np.array_equal(a[key], b[key]), key
+        assert np.array_equal(np.sort(a["topk_ids"], axis=1), np.sort(b["topk_ids"], axis=1))
 
 
 def test_draft_model_distillation_loss_goes_down(tmp_path):

@@ -252,7 +252,8 @@ def cmd_train_drafter(args) -> int:
     from .training.data import DataConfig
     from .training.train import TrainConfig, train_draft_model_pipeline, train_drafter
 
-    for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size", "eval_prompts"):
+    for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size", "eval_prompts",
+                 "parallel"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
@@ -280,7 +281,7 @@ def cmd_train_drafter(args) -> int:
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
-                        seed=args.seed, prompt_set=args.prompt_set),
+                        seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel),
     )
     saved = out / "train_config.json"
     if saved.exists() and not args.fresh:
@@ -291,7 +292,10 @@ def cmd_train_drafter(args) -> int:
         new = dataclasses.asdict(cfg)
         if args.method == "draft-model":
             new.update(n_layers=args.layers, intermediate=args.intermediate)
-        if old != json.loads(json.dumps(new)):
+        new = json.loads(json.dumps(new))
+        for cfg_dict in (old, new):  # how many prompts are decoded at once does not change the data
+            cfg_dict.get("data", {}).pop("parallel", None)
+        if old != new:
             raise SpeculativeError(f"{out} holds a training run with other settings; pass --fresh or another --output")
         print(f"[speculative] resuming the training run in {out}", file=sys.stderr)
     elif args.fresh and out.exists():
@@ -498,12 +502,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--threads", type=int, default=None)
     tr.add_argument("--eval-prompts", type=int, default=None, help="development prompts for the held-out estimate (default: all)")
     tr.add_argument("--data-from", default=None, help="reuse the training data of another run folder (same target and data settings)")
-    tr.add_argument("--prompt-set", type=int, default=2, choices=(1, 2),
+    tr.add_argument("--prompt-set", type=int, default=2, choices=(1, 2, 3),
                     help="training prompts: 2 (default) adds more kinds of chat requests to set 1's templates")
     tr.add_argument("--extra-data", action="append", metavar="RUN_FOLDER",
                     help="also train on the data of this earlier run folder (same target); repeatable")
     tr.add_argument("--seed", type=int, default=0, help="seed of the generated prompts and of training (default 0); "
                     "another seed gives other prompts, to add data to an earlier run")
+    tr.add_argument("--parallel", type=int, default=16, help="prompts the target decodes at once while generating "
+                    "data (default 16; batched forwards, same data)")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..backends.base import Backend
 from ..errors import ConfigError
@@ -164,14 +165,13 @@ def _model(spec, target, ctx) -> Drafter:
     return DraftModelDrafter(draft)
 
 
-def trained_drafter_dir(name: str) -> "Path":
+def trained_drafter_dir(name: str) -> Path:
     """A shipped drafter's folder (``src/speculative/data/drafters/NAME``) or a path to a trained drafter folder.
 
     Raises:
         ModelNotFoundError: neither exists.
     """
     from importlib import resources
-    from pathlib import Path
 
     from ..errors import ModelNotFoundError
 
@@ -194,7 +194,6 @@ def trained_drafter_dir(name: str) -> "Path":
 
 def shipped_drafters() -> list[str]:
     from importlib import resources
-    from pathlib import Path
 
     root = Path(str(resources.files("speculative") / "data" / "drafters"))
     return sorted(p.name for p in root.glob("*") if (p / "drafter.json").is_file()) if root.is_dir() else []

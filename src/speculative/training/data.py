@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import ForwardRequest
-from .prompts import stage_a_prompts, stage_b_prompts
+from .prompts import clean_request, self_instruct_meta_prompt, self_instruct_pool, stage_a_prompts, stage_b_prompts
 
 SHARD = 50
 
@@ -35,8 +36,11 @@ class DataConfig:
         max_new_tokens: greedy tokens per prompt.
         window: prompt positions before the end whose hidden states are kept.
         topk: logits kept per output position.
-        prompt_set: 1 (the original templates) or 2 (adds more kinds of chat requests; see
-            :mod:`speculative.training.prompts`).
+        prompt_set: 1 (the original templates), 2 (adds more kinds of chat requests) or 3
+            (half set 2, half requests the target writes itself); see
+            :mod:`speculative.training.prompts`.
+        parallel: prompts decoded at once (one sequence each, batched forwards); the
+            data does not depend on it.
     """
 
     prompts_a: int = 600
@@ -46,44 +50,139 @@ class DataConfig:
     topk: int = 32
     seed: int = 0
     prompt_set: int = 2
+    parallel: int = 16
 
 
-def _run_example(backend, prompt_ids: list[int], cfg: DataConfig) -> dict:
-    backend.truncate(0, 0)
-    L = len(prompt_ids)
-    split = max(0, L - cfg.window)
-    if split:
-        backend.forward([ForwardRequest(0, prompt_ids[:split], logits="none")])
-    out = backend.forward([ForwardRequest(0, prompt_ids[split:], logits="all", hidden=True)])[0]
-    feats = [out.hidden.astype(np.float16)]
-    rows = [out.logits[-1]]
-    toks: list[int] = []
+def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[dict]:
+    """Greedy continuations of up to ``backend.max_sequences`` prompts, decoded in lockstep.
+
+    Prompt ``i`` lives in sequence ``i``; every decoding step feeds one token of each
+    unfinished sequence in one batched forward (a sequence's cache is its own stream, so
+    its numbers do not depend on the others), which on CPU costs far less per token than
+    decoding the prompts one after another.
+    """
+    n = len(prompts)
+    for i in range(n):
+        backend.truncate(i, 0)
+    splits = [max(0, len(p) - cfg.window) for p in prompts]
+    heads = [ForwardRequest(i, p[:s], logits="none") for i, (p, s) in enumerate(zip(prompts, splits, strict=True)) if s]
+    if heads:
+        backend.forward(heads)
+    outs = backend.forward([ForwardRequest(i, p[s:], logits="all", hidden=True)
+                            for i, (p, s) in enumerate(zip(prompts, splits, strict=True))])
+    k = min(cfg.topk, backend.vocab_size)
+    feats: list[list[np.ndarray]] = [[] for _ in range(n)]
+    rows: list[list[tuple]] = [[] for _ in range(n)]  # per output position: (top-k ids, their logits, logsumexp)
+    toks: list[list[int]] = [[] for _ in range(n)]
+
+    def record(i, out) -> int:
+        lg = np.asarray(out.logits[-1], dtype=np.float32)
+        idx = np.argpartition(-lg, k - 1)[:k]
+        m = float(lg.max())
+        rows[i].append((idx, lg[idx], m + float(np.log(np.exp(lg - m).sum()))))
+        feats[i].append(out.hidden.astype(np.float16))
+        return int(np.argmax(lg))
+
+    nxt = [record(i, o) for i, o in enumerate(outs)]
     eos = backend.eos_token_ids
-    while True:
-        lg = rows[-1]
-        t = int(np.argmax(lg))
-        toks.append(t)
-        if t in eos or len(toks) >= cfg.max_new_tokens:
+    active = list(range(n))
+    while active:
+        step = []
+        for i in active:
+            toks[i].append(nxt[i])
+            if nxt[i] not in eos and len(toks[i]) < cfg.max_new_tokens:
+                step.append(i)
+        active = step
+        if active:
+            outs = backend.forward([ForwardRequest(i, [toks[i][-1]], logits="all", hidden=True) for i in active])
+            for i, o in zip(active, outs, strict=True):
+                nxt[i] = record(i, o)
+    examples = []
+    for i in range(n):
+        backend.truncate(i, 0)
+        examples.append({
+            "tokens": np.asarray(prompts[i] + toks[i], dtype=np.int32),
+            "prompt_len": len(prompts[i]),
+            "feat_start": splits[i],
+            "feats": np.concatenate(feats[i]),
+            "topk_ids": np.stack([r[0] for r in rows[i]]).astype(np.int32),
+            "topk_vals": np.stack([r[1] for r in rows[i]]).astype(np.float16),
+            "lse": np.asarray([r[2] for r in rows[i]], dtype=np.float32),
+        })
+    return examples
+
+
+def _sample_lines(backend, texts: list[str], rng: np.random.Generator, max_tokens: int = 48) -> list[str]:
+    """Sample one line continuing each plain text (temperature 1, top-k 50), in lockstep."""
+    from ..config import SamplingParams
+    from ..sampling import process_probs, sample_from
+
+    params = SamplingParams(temperature=1.0, top_k=50)
+    n = len(texts)
+    for i in range(n):
+        backend.truncate(i, 0)
+    outs = backend.forward([ForwardRequest(i, backend.encode(t), logits="last") for i, t in enumerate(texts)])
+    toks: list[list[int]] = [[] for _ in range(n)]
+    active = list(range(n))
+    eos = backend.eos_token_ids
+    while active:
+        step = []
+        for i, o in zip(active, outs, strict=True):
+            t = sample_from(process_probs(o.logits[-1], params), rng)
+            toks[i].append(t)
+            if t not in eos and "\n" not in backend.decode(toks[i]) and len(toks[i]) < max_tokens:
+                step.append(i)
+        active = step
+        if active:
+            outs = backend.forward([ForwardRequest(i, [toks[i][-1]], logits="last") for i in active])
+    for i in range(n):
+        backend.truncate(i, 0)
+    return [backend.decode(t) for t in toks]
+
+
+def self_instruct_prompts(backend, n: int, seed: int, progress: bool = True) -> list[str]:
+    """``n`` distinct requests written by the target (continuing few-shot lists of set-2 requests)."""
+    from tqdm import tqdm
+
+    from ..bench.datasets import load_questions
+
+    pool = self_instruct_pool(seed)
+    prng = random.Random(seed)
+    rng = np.random.default_rng(seed)
+    # never a benchmark or development prompt (held out), never a few-shot example
+    seen = set(pool) | {t for name in ("spec-bench", "dev") for q in load_questions(name) for t in q.turns}
+    out: list[str] = []
+    bar = tqdm(total=n, desc="self-instruct prompts", unit="prompt", disable=not progress)
+    for _ in range(8 * n // backend.max_sequences + 8):
+        if len(out) >= n:
             break
-        o = backend.forward([ForwardRequest(0, [t], logits="all", hidden=True)])[0]
-        feats.append(o.hidden.astype(np.float16))
-        rows.append(o.logits[-1].copy())
-    lg = np.stack([np.asarray(r, dtype=np.float32) for r in rows])  # [n_out, V]
-    k = min(cfg.topk, lg.shape[1])
-    idx = np.argpartition(-lg, k - 1, axis=1)[:, :k]
-    vals = np.take_along_axis(lg, idx, axis=1)
-    m = lg.max(axis=1, keepdims=True)
-    lse = (m[:, 0] + np.log(np.exp(lg - m).sum(axis=1))).astype(np.float32)
-    backend.truncate(0, 0)
-    return {
-        "tokens": np.asarray(prompt_ids + toks, dtype=np.int32),
-        "prompt_len": L,
-        "feat_start": split,
-        "feats": np.concatenate(feats),
-        "topk_ids": idx.astype(np.int32),
-        "topk_vals": vals.astype(np.float16),
-        "lse": lse,
-    }
+        metas = [self_instruct_meta_prompt(prng, pool) for _ in range(backend.max_sequences)]
+        for text in _sample_lines(backend, metas, rng):
+            q = clean_request(text)
+            if q and q not in seen and len(out) < n:
+                seen.add(q)
+                out.append(q)
+                bar.update(1)
+    bar.close()
+    return out
+
+
+def _stage_a(backend, data_dir: Path, cfg: DataConfig, progress: bool) -> list[str]:
+    """Stage-A prompts; set 3's generated half is made once and kept in ``prompts-a.json``."""
+    if cfg.prompt_set < 3:
+        return stage_a_prompts(cfg.prompts_a, cfg.seed, cfg.prompt_set)
+    saved = data_dir / "prompts-a.json"
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    n_gen = cfg.prompts_a // 2
+    written = stage_a_prompts(cfg.prompts_a - n_gen, cfg.seed, 2)
+    generated = self_instruct_prompts(backend, n_gen, cfg.seed, progress)
+    prompts = written + generated
+    random.Random(cfg.seed).shuffle(prompts)
+    tmp = saved.with_suffix(".tmp")
+    tmp.write_text(json.dumps(prompts, indent=0))
+    os.replace(tmp, saved)
+    return prompts
 
 
 def _save_shard(path: Path, examples: list[dict], texts: list[str]) -> None:
@@ -132,6 +231,20 @@ def load_shards(data_dir: Path) -> list[dict]:
     return out
 
 
+def load_training_examples(data_dirs: Sequence[Path]) -> list[dict]:
+    """The examples of several data folders, each distinct prompt once (runs with other seeds
+    share some prompts; greedy decoding gives them the same continuation, which would weigh
+    them twice and could put one copy in training and the other in validation)."""
+    out, seen = [], set()
+    for d in data_dirs:
+        for e in load_shards(Path(d)):
+            key = e["tokens"][: e["prompt_len"]].tobytes()
+            if key not in seen:
+                seen.add(key)
+                out.append(e)
+    return out
+
+
 def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = True, n_ctx: int = 2048) -> Path:
     """Generate (or finish generating) the training data of ``target`` under ``out_dir/data``."""
     from tqdm import tqdm
@@ -140,7 +253,7 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
 
     data_dir = out_dir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    backend = load_backend(target, "llama.cpp", n_ctx=n_ctx)
+    backend = load_backend(target, "llama.cpp", n_ctx=n_ctx, max_sequences=max(1, cfg.parallel))
     chat = backend.chat_template is not None
 
     def encode(p: str) -> list[int]:
@@ -150,7 +263,7 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
     try:
         for stage in ("a", "b"):
             if stage == "a":
-                prompts = stage_a_prompts(cfg.prompts_a, cfg.seed, cfg.prompt_set)
+                prompts = _stage_a(backend, data_dir, cfg, progress)
             else:
                 passages = []
                 for p in sorted(data_dir.glob("a-*.texts.json")):
@@ -163,11 +276,11 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
             for i in todo:
                 chunk = prompts[i * SHARD : (i + 1) * SHARD]
                 examples, texts = [], []
-                for prompt in chunk:
-                    ex = _run_example(backend, encode(prompt), cfg)
-                    examples.append(ex)
-                    texts.append(backend.decode(ex["tokens"][ex["prompt_len"] :].tolist()))
-                    bar.update(1)
+                for g in range(0, len(chunk), backend.max_sequences):
+                    group = _run_examples(backend, [encode(p) for p in chunk[g : g + backend.max_sequences]], cfg)
+                    examples += group
+                    texts += [backend.decode(ex["tokens"][ex["prompt_len"] :].tolist()) for ex in group]
+                    bar.update(len(group))
                 _save_shard(data_dir / f"{stage}-{i:04d}.npz", examples, texts)
             bar.close()
     finally:

@@ -11,6 +11,14 @@ to chat assistants beyond set 1's templates: short factual and "why" questions,
 role play, letters and other writing forms, planning and advice, reasoning
 puzzles with seeded numbers, code explanation, and extraction from short
 synthetic records. Set 1 stays available so earlier runs reproduce.
+
+Prompt set 3 adds requests the target writes itself (self-instruct, Wang et al.
+2023, "Self-Instruct: Aligning Language Models with Self-Generated
+Instructions", section 2.2): a few-shot list of set-2 requests is continued by
+sampling, so the prompts reach beyond our templates (set 2's template space is
+nearly used up after a few thousand prompts). Half of set 3 is set-2 prompts,
+half self-instruct requests (:func:`self_instruct_meta_prompt`, generated in
+:mod:`speculative.training.data`).
 """
 
 from __future__ import annotations
@@ -260,6 +268,28 @@ def stage_a_prompts(n: int, seed: int = 0, prompt_set: int = 2) -> list[str]:
         else:
             seen.add(out[-1])
     return out
+
+
+def self_instruct_meta_prompt(rng: random.Random, pool: list[str], shots: int = 4) -> str:
+    """A plain-text few-shot list of ``shots`` one-line requests from ``pool``, ending where the
+    model writes the next request (works for base and instruct models alike)."""
+    picks = rng.sample(pool, shots)
+    lines = "\n".join(f"{i + 1}. {q}" for i, q in enumerate(picks))
+    return ("Below are requests that different people sent to an AI assistant. Every request is on a "
+            f"new subject.\n\n{lines}\n{shots + 1}.")
+
+
+def self_instruct_pool(seed: int = 0, n: int = 400) -> list[str]:
+    """One-line set-2 prompts to show as few-shot examples of requests."""
+    return [q for q in stage_a_prompts(n, seed + 1000, 2) if "\n" not in q and len(q) <= 160]
+
+
+def clean_request(text: str) -> str | None:
+    """The request a sampled list item holds, or None when it is not one (too short or long, unfinished)."""
+    q = text.split("\n")[0].strip().strip('"').strip()
+    if not 12 <= len(q) <= 300 or q[-1] not in ".?!:)":
+        return None
+    return q
 
 
 STAGE_B = [

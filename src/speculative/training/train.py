@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import EpochCheckpoint, cosine_schedule, train_epochs
-from .data import DataConfig, draft_vocabulary, generate_data, load_shards
+from .data import DataConfig, draft_vocabulary, generate_data, load_training_examples
 
 
 @dataclass
@@ -138,9 +138,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     t_start = time.time()
     data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
     t_data = time.time() - t_start
-    examples = load_shards(data_dir)
-    for extra in cfg.extra_data:
-        examples += load_shards(Path(extra) / "data")
+    examples = load_training_examples([data_dir] + [Path(extra) / "data" for extra in cfg.extra_data])
     if not examples:
         raise RuntimeError("no training data was generated")
 
@@ -248,9 +246,7 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     t0 = time.time()
     data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
     t_data = time.time() - t0
-    examples = load_shards(data_dir)
-    for extra in cfg.extra_data:
-        examples += load_shards(Path(extra) / "data")
+    examples = load_training_examples([data_dir] + [Path(extra) / "data" for extra in cfg.extra_data])
     res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
                             intermediate=intermediate, progress=progress, lr=cfg.lr or 5e-4)
     draft = res.pop("model")
