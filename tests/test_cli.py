@@ -149,4 +149,13 @@ def test_drafter_tools_bad_input(capsys, tmp_path):
     assert "--data-from" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o6"),
                                    "--data-from", str(tmp_path / "nope"))
     assert "unknown model" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o7"), "--target", "nosuch")
-    assert not (tmp_path / "nope").exists() and not (tmp_path / "o6").exists() and not (tmp_path / "o7").exists()
+    assert "not a torch device" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o8"),
+                                          "--device", "gpu0")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "no CUDA device" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o8"),
+                                          "--device", "cuda")
+    assert "--parallel must be >= 1" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o8"),
+                                               "--parallel", "0")
+    assert not any((tmp_path / n).exists() for n in ("nope", "o6", "o7", "o8"))

@@ -161,3 +161,37 @@ def test_tree_drafts_greedy_identity_and_cache(hf_smol, prompts10):
         np.testing.assert_allclose(got, next_logits_fresh(hf_smol, ctx), rtol=0, atol=2e-4)
         off_spine += r.stats.draft_tokens
     assert off_spine > 0
+
+
+@pytest.mark.parametrize("name", ["hf_smol", "hf_gemma"])
+def test_batched_hf_data_generation_matches_single_forwards(request, name):
+    """Training data from transformers' batched, left-padded generate: each example's tokens are
+    greedy and its features, top-k logits and log-normalizers are those of a plain forward pass
+    over the same sequence (rows aligned: window features, then one per fed output token)."""
+    from speculative.training.data import DataConfig, _run_examples_hf
+
+    b = request.getfixturevalue(name)
+    texts = ["Name three colours.", "Write one sentence about the sea and the wind in the morning.", "Hi"]
+    prompts = [b.apply_chat_template([{"role": "user", "content": t}]) if b.chat_template else b.encode(t)
+               for t in texts]
+    cfg = DataConfig(max_new_tokens=6, window=4, topk=8)
+    for ex, p in zip(_run_examples_hf(b, prompts, cfg), prompts, strict=True):
+        toks = ex["tokens"].tolist()
+        split = max(0, len(p) - 4)
+        assert toks[: len(p)] == p and ex["prompt_len"] == len(p) and ex["feat_start"] == split
+        n_out = len(toks) - len(p)
+        assert 1 <= n_out <= 6 and len(ex["feats"]) == len(p) - split + n_out - 1 and len(ex["lse"]) == n_out
+        b.truncate(0, 0)
+        out = b.forward([ForwardRequest(0, toks[:-1], logits="all", hidden=True)])[0]
+        b.truncate(0, 0)
+        ref_feats = out.hidden[split:]
+        ref_logits = out.logits[len(p) - 1 :]
+        assert np.abs(ex["feats"].astype(np.float32) - ref_feats).max() < 2e-2 * np.abs(ref_feats).max()
+        np.testing.assert_allclose(ex["lse"], np.log(np.exp(ref_logits - ref_logits.max(1, keepdims=True)).sum(1))
+                                   + ref_logits.max(1), atol=1e-2)
+        top = np.argsort(-ref_logits, axis=1)[:, :2]
+        for i in range(n_out):
+            gap = ref_logits[i, top[i, 0]] - ref_logits[i, top[i, 1]]
+            if gap > 1e-3:  # greedy, except at a near-tie
+                assert toks[len(p) + i] == top[i, 0]
+            assert top[i, 0] in ex["topk_ids"][i]

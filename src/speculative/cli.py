@@ -262,6 +262,15 @@ def cmd_train_drafter(args) -> int:
     from .models import resolve
 
     resolve(args.target, verify=False)  # an unknown target fails here, before any folder is touched
+    if args.device:
+        import torch
+
+        try:
+            dev = torch.device(args.device)
+        except RuntimeError:
+            raise SpeculativeError(f"--device {args.device}: not a torch device (cpu, cuda, cuda:N, mps)") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise SpeculativeError(f"--device {args.device}: PyTorch sees no CUDA device")
     for extra in args.extra_data or []:
         if not any((Path(extra) / "data").glob("*.npz")):
             raise SpeculativeError(f"--extra-data {extra}: no training data there (expected {extra}/data/*.npz)")
@@ -280,6 +289,7 @@ def cmd_train_drafter(args) -> int:
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
+        device=args.device, data_backend=args.data_backend,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
                         seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel),
     )
@@ -293,7 +303,9 @@ def cmd_train_drafter(args) -> int:
         if args.method == "draft-model":
             new.update(n_layers=args.layers, intermediate=args.intermediate)
         new = json.loads(json.dumps(new))
-        for cfg_dict in (old, new):  # how many prompts are decoded at once does not change the data
+        old.setdefault("data_backend", "llama.cpp")  # run folders from before it was recorded
+        for cfg_dict in (old, new):  # where it runs and how many prompts at once do not change the run
+            cfg_dict.pop("device", None)
             cfg_dict.get("data", {}).pop("parallel", None)
         if old != new:
             raise SpeculativeError(f"{out} holds a training run with other settings; pass --fresh or another --output")
@@ -510,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "another seed gives other prompts, to add data to an earlier run")
     tr.add_argument("--parallel", type=int, default=16, help="prompts the target decodes at once while generating "
                     "data (default 16; batched forwards, same data)")
+    tr.add_argument("--device", default=None, help="torch device for training and for --data-backend transformers: "
+                    "cpu (default), cuda, cuda:N")
+    tr.add_argument("--data-backend", choices=("llama.cpp", "transformers"), default="llama.cpp",
+                    help="backend that generates the training data: llama.cpp (default; exact numerics) or "
+                    "transformers (batched generate on --device; the fast way on a GPU)")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

@@ -46,7 +46,7 @@ class EpochCheckpoint:
 
         if not self.path.exists():
             return 0, []
-        st = torch.load(self.path, weights_only=False)
+        st = torch.load(self.path, weights_only=False, map_location="cpu")  # load_state_dict moves it
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
         self.sched.load_state_dict(st["sched"])

@@ -112,6 +112,58 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
     return examples
 
 
+def _run_examples_hf(backend, prompts: list[list[int]], cfg: DataConfig) -> list[dict]:
+    """:func:`_run_examples` on the transformers backend: one batched, left-padded greedy
+    ``generate`` (transformers' own batching; the way to generate data at scale on a GPU)."""
+    import torch
+
+    model = backend.model
+    n = len(prompts)
+    Lmax = max(len(p) for p in prompts)
+    pad = int(backend.tokenizer.pad_token_id if backend.tokenizer.pad_token_id is not None
+              else sorted(backend.eos_token_ids)[0])
+    ids = torch.full((n, Lmax), pad, dtype=torch.long)
+    attn = torch.zeros((n, Lmax), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, Lmax - len(p):] = torch.tensor(p)
+        attn[i, Lmax - len(p):] = 1
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids.to(backend.device), attention_mask=attn.to(backend.device),
+                             max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
+                             eos_token_id=sorted(backend.eos_token_ids), pad_token_id=pad,
+                             output_hidden_states=True, output_logits=True, return_dict_in_generate=True)
+    seqs = out.sequences[:, Lmax:].cpu().numpy()
+    # hidden_states[step][-1]: the final hidden state (after the final norm) of the step's new positions
+    h0 = out.hidden_states[0][-1].float().cpu().numpy()  # [n, Lmax, H]
+    hs = [s[-1][:, -1].float().cpu().numpy() for s in out.hidden_states[1:]]  # per step [n, H]
+    logits = torch.stack([x.float() for x in out.logits], 1)  # [n, steps, V]
+    k = min(cfg.topk, logits.shape[-1])
+    top = torch.topk(logits, k, dim=-1)
+    lse = torch.logsumexp(logits, dim=-1).cpu().numpy()
+    top_ids, top_vals = top.indices.cpu().numpy(), top.values.cpu().numpy()
+    eos = backend.eos_token_ids
+    examples = []
+    for i, p in enumerate(prompts):
+        toks = []
+        for t in seqs[i].tolist():
+            toks.append(int(t))
+            if t in eos:
+                break
+        m = len(toks)
+        split = max(0, len(p) - cfg.window)
+        f = [h0[i, Lmax - len(p) + split :]] + [hs[s][i][None] for s in range(m - 1)]
+        examples.append({
+            "tokens": np.asarray(p + toks, dtype=np.int32),
+            "prompt_len": len(p),
+            "feat_start": split,
+            "feats": np.concatenate(f).astype(np.float16),
+            "topk_ids": top_ids[i, :m].astype(np.int32),
+            "topk_vals": top_vals[i, :m].astype(np.float16),
+            "lse": lse[i, :m].astype(np.float32),
+        })
+    return examples
+
+
 def _sample_lines(backend, texts: list[str], rng: np.random.Generator, max_tokens: int = 48) -> list[str]:
     """Sample one line continuing each plain text (temperature 1, top-k 50), in lockstep."""
     from ..config import SamplingParams
@@ -245,15 +297,22 @@ def load_training_examples(data_dirs: Sequence[Path]) -> list[dict]:
     return out
 
 
-def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = True, n_ctx: int = 2048) -> Path:
-    """Generate (or finish generating) the training data of ``target`` under ``out_dir/data``."""
+def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = True, n_ctx: int = 2048,
+                  backend: str = "llama.cpp", device: str | None = None) -> Path:
+    """Generate (or finish generating) the training data of ``target`` under ``out_dir/data``.
+
+    ``backend`` "llama.cpp" (default: exact numerics, the features the llama.cpp target gives at
+    drafting time) or "transformers" (batched ``generate`` on ``device``; for GPUs, where it is
+    far faster; its features differ from llama.cpp's by the quantized kernels' rounding only).
+    """
     from tqdm import tqdm
 
     from ..backends import load_backend
 
     data_dir = out_dir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    backend = load_backend(target, "llama.cpp", n_ctx=n_ctx, max_sequences=max(1, cfg.parallel))
+    backend = load_backend(target, backend, n_ctx=n_ctx, max_sequences=max(1, cfg.parallel), device=device)
+    run = _run_examples_hf if backend.name == "transformers" else _run_examples
     chat = backend.chat_template is not None
 
     def encode(p: str) -> list[int]:
@@ -277,7 +336,7 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
                 chunk = prompts[i * SHARD : (i + 1) * SHARD]
                 examples, texts = [], []
                 for g in range(0, len(chunk), backend.max_sequences):
-                    group = _run_examples(backend, [encode(p) for p in chunk[g : g + backend.max_sequences]], cfg)
+                    group = run(backend, [encode(p) for p in chunk[g : g + backend.max_sequences]], cfg)
                     examples += group
                     texts += [backend.decode(ex["tokens"][ex["prompt_len"] :].tolist()) for ex in group]
                     bar.update(len(group))

@@ -81,14 +81,17 @@ def non_embedding_parameters(model) -> int:
 
 def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[dict], epochs: int = 2,
                       lr: float = 5e-4, batch_size: int = 8, intermediate: int | None = None, progress: bool = True,
-                      max_len: int = 384) -> dict:
-    """Distill a draft model; checkpoint per epoch; returns training metrics."""
+                      max_len: int = 384, device: str | None = None) -> dict:
+    """Distill a draft model on ``device`` (None: cpu); checkpoint per epoch; returns training metrics
+    (the model is returned on the CPU)."""
     import torch
     import torch.nn.functional as F
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     draft, picks = build_draft(target, n_layers, intermediate)
+    dev = torch.device(device or "cpu")
+    draft.to(dev)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     steps = math.ceil(len(examples) / batch_size) * epochs
@@ -114,14 +117,14 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
                     sel_t.append(pos)
                     tk_ids.append(e["topk_ids"][i])
                     tk_p.append(np.exp(e["topk_vals"][i].astype(np.float32) - e["lse"][i]))
-        h = draft.model(input_ids=ids, attention_mask=attn).last_hidden_state
-        hs = h[torch.tensor(sel_b), torch.tensor(sel_t)]
+        h = draft.model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state
+        hs = h[torch.tensor(sel_b, device=dev), torch.tensor(sel_t, device=dev)]
         logq = F.log_softmax(hs @ E.T, dim=-1)
-        tid = torch.from_numpy(np.asarray(tk_ids, dtype=np.int64))
-        tp = torch.from_numpy(np.asarray(tk_p, dtype=np.float32))
+        tid = torch.from_numpy(np.asarray(tk_ids, dtype=np.int64)).to(dev)
+        tp = torch.from_numpy(np.asarray(tk_p, dtype=np.float32)).to(dev)
         tp = tp / tp.sum(-1, keepdim=True)
         loss = -(tp * logq.gather(1, tid)).sum(-1).mean()
-        top1 = (logq.argmax(-1) == tid[torch.arange(len(tid)), tp.argmax(-1)]).float().mean().item()
+        top1 = (logq.argmax(-1) == tid[torch.arange(len(tid), device=dev), tp.argmax(-1)]).float().mean().item()
         return loss, top1
 
     def batches(epoch):
@@ -132,6 +135,7 @@ def train_draft_model(target: str, out_dir: Path, n_layers: int, examples: list[
     history = train_epochs(draft, checkpoint, epochs, batches, batch_loss, params, opt, sched,
                            f"train draft-model ({n_layers} layers)", progress)
     draft.eval()
+    draft.to("cpu")
     return {"model": draft, "picks": picks, "history": history, "train_seconds": time.time() - t0,
             "non_embedding_parameters": non_embedding_parameters(draft)}
 

@@ -49,6 +49,8 @@ class TrainConfig:
     extra_data: list[str] = field(default_factory=list)  # more run folders whose data/ to add
     dropout: float = 0.1
     weight_decay: float = 0.05
+    device: str | None = None  # torch device of training (None: cpu)
+    data_backend: str = "llama.cpp"  # backend that generates the data ("llama.cpp" or "transformers")
     data: DataConfig = field(default_factory=DataConfig)
 
 
@@ -134,9 +136,11 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device or "cpu")
     (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=1))
     t_start = time.time()
-    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
+    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress,
+                             backend=cfg.data_backend, device=cfg.device)
     t_data = time.time() - t_start
     examples = load_training_examples([data_dir] + [Path(extra) / "data" for extra in cfg.extra_data])
     if not examples:
@@ -152,10 +156,10 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         backend.close()
     vocab_ids = draft_vocabulary(examples, V, min(cfg.draft_vocab, V), always=eos)
     vocab_index = {t: i for i, t in enumerate(vocab_ids)}
-    weights = TargetWeights(embed, np.asarray(head_w[np.asarray(vocab_ids)], np.float32))
+    weights = TargetWeights(embed, np.asarray(head_w[np.asarray(vocab_ids)], np.float32), device=device)
     hcfg = default_head_config(cfg.method, H, vocab_ids, target_name, V)
     hcfg.medusa_heads = cfg.medusa_heads
-    head = build_head(hcfg)
+    head = build_head(hcfg).to(device)
     if hasattr(head, "set_dropout"):
         head.set_dropout(cfg.dropout)
     params = count_parameters(head)
@@ -175,7 +179,8 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
 
     def loss_of(batch, train_mode: bool):
         if cfg.method == "eagle":
-            feats, nxt, tfeat, reg_mask, labels, soft_ids, soft_p = _eagle_tensors(batch, vocab_index, torch)
+            feats, nxt, tfeat, reg_mask, labels, soft_ids, soft_p = (
+                x.to(device) for x in _eagle_tensors(batch, vocab_index, torch))
             emb = weights.embed_tokens(nxt)
             x = feats + (torch.randn_like(feats) * cfg.noise * feat_scale if train_mode else 0)
             pred = head(x, emb)
@@ -196,6 +201,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         rows, labels = _medusa_tensors(batch, vocab_index, cfg.medusa_heads, torch)
         if len(rows) == 0:
             return None, 0.0
+        rows, labels = rows.to(device), labels.to(device)
         hs = head(rows)  # [K, N, H]
         lg = hs @ weights.lm_head.T
         loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), labels.T.reshape(-1), ignore_index=-100)
@@ -217,7 +223,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     t_train = time.time() - t_train0
 
     drafter_dir = out_dir / "drafter"
-    save_head(head, hcfg, drafter_dir)
+    save_head(head.to("cpu"), hcfg, drafter_dir)
     metrics = {
         "target": target_name,
         "method": cfg.method,
@@ -244,11 +250,12 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     (out_dir / "train_config.json").write_text(json.dumps({**asdict(cfg), "n_layers": n_layers,
                                                            "intermediate": intermediate}, indent=1))
     t0 = time.time()
-    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress)
+    data_dir = generate_data(target, Path(cfg.data_from) if cfg.data_from else out_dir, cfg.data, progress=progress,
+                             backend=cfg.data_backend, device=cfg.device)
     t_data = time.time() - t0
     examples = load_training_examples([data_dir] + [Path(extra) / "data" for extra in cfg.extra_data])
     res = train_draft_model(target, out_dir, n_layers, examples, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                            intermediate=intermediate, progress=progress, lr=cfg.lr or 5e-4)
+                            intermediate=intermediate, progress=progress, lr=cfg.lr or 5e-4, device=cfg.device)
     draft = res.pop("model")
     gguf_target = resolve(target).location
     drafter_dir = out_dir / "drafter"
