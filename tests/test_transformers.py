@@ -195,3 +195,13 @@ def test_batched_hf_data_generation_matches_single_forwards(request, name):
             if gap > 1e-3:  # greedy, except at a near-tie
                 assert toks[len(p) + i] == top[i, 0]
             assert top[i, 0] in ex["topk_ids"][i]
+
+
+def test_self_instruct_prompts_on_transformers(hf_smol):
+    """Prompt set 3's requests can be sampled with transformers' batched generate too (GPU data runs)."""
+    from speculative.training.data import self_instruct_prompts
+    from speculative.training.prompts import self_instruct_pool
+
+    got = self_instruct_prompts(hf_smol, 3, seed=0, progress=False)
+    assert len(got) == len(set(got)) == 3
+    assert all("\n" not in q and 12 <= len(q) <= 300 and q not in self_instruct_pool(0) for q in got)

@@ -170,6 +170,8 @@ def _sample_lines(backend, texts: list[str], rng: np.random.Generator, max_token
     from ..sampling import process_probs, sample_from
 
     params = SamplingParams(temperature=1.0, top_k=50)
+    if backend.name == "transformers":
+        return _sample_lines_hf(backend, texts, rng, params, max_tokens)
     n = len(texts)
     for i in range(n):
         backend.truncate(i, 0)
@@ -190,6 +192,29 @@ def _sample_lines(backend, texts: list[str], rng: np.random.Generator, max_token
     for i in range(n):
         backend.truncate(i, 0)
     return [backend.decode(t) for t in toks]
+
+
+def _sample_lines_hf(backend, texts, rng, params, max_tokens: int) -> list[str]:
+    """:func:`_sample_lines` with transformers' batched, left-padded ``generate`` (seeded from ``rng``)."""
+    import torch
+
+    enc = [backend.encode(t) for t in texts]
+    L = max(len(e) for e in enc)
+    pad = int(backend.tokenizer.pad_token_id if backend.tokenizer.pad_token_id is not None
+              else sorted(backend.eos_token_ids)[0])
+    ids = torch.full((len(enc), L), pad, dtype=torch.long)
+    attn = torch.zeros((len(enc), L), dtype=torch.long)
+    for i, e in enumerate(enc):
+        ids[i, L - len(e):] = torch.tensor(e)
+        attn[i, L - len(e):] = 1
+    torch.manual_seed(int(rng.integers(2**31)))
+    with torch.inference_mode():
+        out = backend.model.generate(input_ids=ids.to(backend.device), attention_mask=attn.to(backend.device),
+                                     max_new_tokens=max_tokens, do_sample=True, temperature=params.temperature,
+                                     top_k=params.top_k, top_p=1.0, eos_token_id=sorted(backend.eos_token_ids),
+                                     pad_token_id=pad)
+    eos = backend.eos_token_ids
+    return [backend.decode([t for t in row.tolist() if t not in eos and t != pad]) for row in out[:, L:].cpu()]
 
 
 def self_instruct_prompts(backend, n: int, seed: int, progress: bool = True) -> list[str]:
@@ -265,7 +290,8 @@ def load_shards(data_dir: Path) -> list[dict]:
     for p in sorted(data_dir.glob("*.npz")):
         if ".tmp" in p.name:
             continue
-        z = np.load(p)
+        with np.load(p) as f:
+            z = {k: f[k] for k in f.files}  # each array read once (an NpzFile reads it again at every access)
         offs = {k: np.concatenate([[0], np.cumsum(z[k + "_len"])]) for k in ("tokens", "feats", "out")}
         for i in range(len(z["tokens_len"])):
             t0, t1 = offs["tokens"][i], offs["tokens"][i + 1]
