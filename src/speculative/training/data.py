@@ -112,25 +112,33 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
     return examples
 
 
+def _left_padded(backend, seqs: list[list[int]]):
+    """``(input_ids, attention_mask, pad_id)`` of token lists, left-padded to one length
+    (``[n, L]`` int64 on the backend's device), as transformers' batched ``generate`` wants."""
+    import torch
+
+    L = max(len(q) for q in seqs)
+    tok = backend.tokenizer
+    pad = int(tok.pad_token_id if tok.pad_token_id is not None else sorted(backend.eos_token_ids)[0])
+    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+    attn = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, q in enumerate(seqs):
+        ids[i, L - len(q) :] = torch.tensor(q, dtype=torch.long)
+        attn[i, L - len(q) :] = 1
+    return ids.to(backend.device), attn.to(backend.device), pad
+
+
 def _run_examples_hf(backend, prompts: list[list[int]], cfg: DataConfig) -> list[dict]:
     """:func:`_run_examples` on the transformers backend: one batched, left-padded greedy
     ``generate`` (transformers' own batching; the way to generate data at scale on a GPU)."""
     import torch
 
     model = backend.model
-    n = len(prompts)
-    Lmax = max(len(p) for p in prompts)
-    pad = int(backend.tokenizer.pad_token_id if backend.tokenizer.pad_token_id is not None
-              else sorted(backend.eos_token_ids)[0])
-    ids = torch.full((n, Lmax), pad, dtype=torch.long)
-    attn = torch.zeros((n, Lmax), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, Lmax - len(p):] = torch.tensor(p)
-        attn[i, Lmax - len(p):] = 1
+    ids, attn, pad = _left_padded(backend, prompts)
+    Lmax = ids.shape[1]
     with torch.inference_mode():
-        out = model.generate(input_ids=ids.to(backend.device), attention_mask=attn.to(backend.device),
-                             max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
-                             eos_token_id=sorted(backend.eos_token_ids), pad_token_id=pad,
+        out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=cfg.max_new_tokens,
+                             do_sample=False, num_beams=1, eos_token_id=sorted(backend.eos_token_ids), pad_token_id=pad,
                              output_hidden_states=True, output_logits=True, return_dict_in_generate=True)
     seqs = out.sequences[:, Lmax:].cpu().numpy()
     # hidden_states[step][-1]: the final hidden state (after the final norm) of the step's new positions
@@ -198,21 +206,13 @@ def _sample_lines_hf(backend, texts, rng, params, max_tokens: int) -> list[str]:
     """:func:`_sample_lines` with transformers' batched, left-padded ``generate`` (seeded from ``rng``)."""
     import torch
 
-    enc = [backend.encode(t) for t in texts]
-    L = max(len(e) for e in enc)
-    pad = int(backend.tokenizer.pad_token_id if backend.tokenizer.pad_token_id is not None
-              else sorted(backend.eos_token_ids)[0])
-    ids = torch.full((len(enc), L), pad, dtype=torch.long)
-    attn = torch.zeros((len(enc), L), dtype=torch.long)
-    for i, e in enumerate(enc):
-        ids[i, L - len(e):] = torch.tensor(e)
-        attn[i, L - len(e):] = 1
+    ids, attn, pad = _left_padded(backend, [backend.encode(t) for t in texts])
+    L = ids.shape[1]
     torch.manual_seed(int(rng.integers(2**31)))
     with torch.inference_mode():
-        out = backend.model.generate(input_ids=ids.to(backend.device), attention_mask=attn.to(backend.device),
-                                     max_new_tokens=max_tokens, do_sample=True, temperature=params.temperature,
-                                     top_k=params.top_k, top_p=1.0, eos_token_id=sorted(backend.eos_token_ids),
-                                     pad_token_id=pad)
+        out = backend.model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_tokens, do_sample=True,
+                                     temperature=params.temperature, top_k=params.top_k, top_p=1.0,
+                                     eos_token_id=sorted(backend.eos_token_ids), pad_token_id=pad)
     eos = backend.eos_token_ids
     return [backend.decode([t for t in row.tolist() if t not in eos and t != pad]) for row in out[:, L:].cpu()]
 
