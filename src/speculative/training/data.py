@@ -53,6 +53,30 @@ class DataConfig:
     parallel: int = 16
 
 
+def _decode_lockstep(backend, first, pick, go_on, hidden: bool = False) -> list[list[int]]:
+    """Decode sequences ``0..n-1`` in lockstep, one batched forward per step.
+
+    ``first`` holds each sequence's output for its prompt; ``pick(i, out)`` turns an output
+    into sequence i's next token (and may record it); a sequence stops after a token for
+    which ``go_on(tokens so far)`` is false. Returns each sequence's new tokens.
+    """
+    toks: list[list[int]] = [[] for _ in first]
+    nxt = [pick(i, o) for i, o in enumerate(first)]
+    active = list(range(len(first)))
+    while active:
+        step = []
+        for i in active:
+            toks[i].append(nxt[i])
+            if go_on(toks[i]):
+                step.append(i)
+        active = step
+        if active:
+            outs = backend.forward([ForwardRequest(i, [toks[i][-1]], logits="last", hidden=hidden) for i in active])
+            for i, o in zip(active, outs, strict=True):
+                nxt[i] = pick(i, o)
+    return toks
+
+
 def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[dict]:
     """Greedy continuations of up to ``backend.max_sequences`` prompts, decoded in lockstep.
 
@@ -73,7 +97,6 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
     k = min(cfg.topk, backend.vocab_size)
     feats: list[list[np.ndarray]] = [[] for _ in range(n)]
     rows: list[list[tuple]] = [[] for _ in range(n)]  # per output position: (top-k ids, their logits, logsumexp)
-    toks: list[list[int]] = [[] for _ in range(n)]
 
     def record(i, out) -> int:
         lg = np.asarray(out.logits[-1], dtype=np.float32)
@@ -83,20 +106,9 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
         feats[i].append(out.hidden.astype(np.float16))
         return int(np.argmax(lg))
 
-    nxt = [record(i, o) for i, o in enumerate(outs)]
     eos = backend.eos_token_ids
-    active = list(range(n))
-    while active:
-        step = []
-        for i in active:
-            toks[i].append(nxt[i])
-            if nxt[i] not in eos and len(toks[i]) < cfg.max_new_tokens:
-                step.append(i)
-        active = step
-        if active:
-            outs = backend.forward([ForwardRequest(i, [toks[i][-1]], logits="all", hidden=True) for i in active])
-            for i, o in zip(active, outs, strict=True):
-                nxt[i] = record(i, o)
+    toks = _decode_lockstep(backend, outs, record, lambda t: t[-1] not in eos and len(t) < cfg.max_new_tokens,
+                            hidden=True)
     examples = []
     for i in range(n):
         backend.truncate(i, 0)
@@ -184,19 +196,9 @@ def _sample_lines(backend, texts: list[str], rng: np.random.Generator, max_token
     for i in range(n):
         backend.truncate(i, 0)
     outs = backend.forward([ForwardRequest(i, backend.encode(t), logits="last") for i, t in enumerate(texts)])
-    toks: list[list[int]] = [[] for _ in range(n)]
-    active = list(range(n))
     eos = backend.eos_token_ids
-    while active:
-        step = []
-        for i, o in zip(active, outs, strict=True):
-            t = sample_from(process_probs(o.logits[-1], params), rng)
-            toks[i].append(t)
-            if t not in eos and "\n" not in backend.decode(toks[i]) and len(toks[i]) < max_tokens:
-                step.append(i)
-        active = step
-        if active:
-            outs = backend.forward([ForwardRequest(i, [toks[i][-1]], logits="last") for i in active])
+    toks = _decode_lockstep(backend, outs, lambda i, o: sample_from(process_probs(o.logits[-1], params), rng),
+                            lambda t: t[-1] not in eos and "\n" not in backend.decode(t) and len(t) < max_tokens)
     for i in range(n):
         backend.truncate(i, 0)
     return [backend.decode(t) for t in toks]
