@@ -20,13 +20,20 @@ SMOKE = ["--categories", "mt_bench", "qa", "--per-category", "1", "--max-new-tok
 
 def test_datasets_select_evenly_and_devset_is_not_spec_bench():
     qs = load_questions("spec-bench")
-    assert len(qs) == 480 and {q.category for q in qs} == set(CATEGORIES)
+    assert len(qs) == 480 and {q.category for q in qs} == set(CATEGORIES) - {"code"}
     mt = select(qs, ["mt_bench"], 8)
     assert len({q.subcategory for q in mt}) == 8  # one per MT-Bench sub-category
     dev = load_questions("dev")
     assert len(dev) >= 30
     spec_texts = {t for q in qs for t in q.turns}
     assert not any(t in spec_texts for q in dev for t in q.turns)
+    code = load_questions("code")  # the project's own code prompts: 4 kinds, ids apart from the others
+    assert len(code) >= 40 and {q.category for q in code} == {"code"}
+    assert {q.subcategory for q in code} == {"write", "edit", "refactor", "explain"}
+    assert len({q.subcategory for q in select(code, None, 10)}) == 4
+    both = load_questions("spec-bench+code")
+    assert len(both) == len(qs) + len(code) and len({q.question_id for q in both}) == len(both)
+    assert not any(t in spec_texts for q in code for t in q.turns)
 
 
 def test_smoke_run_schema_and_markdown(tmp_path, capsys):
@@ -228,3 +235,51 @@ class _nullcontext:
 
     def __exit__(self, *a):
         return False
+
+
+def test_decode_rates_leave_out_runs_with_too_few_decoded_tokens():
+    """A run that stops after a token or two (EOS at once) has no decode rate: it must not enter the decode
+    speedup (it made one method's 2.56x with a 95% CI of 0.3-21.5), and the report says it was left out."""
+    from types import SimpleNamespace
+
+    from speculative.bench.report import MIN_DECODED_TOKENS, aggregate, markdown
+
+    qs = [SimpleNamespace(question_id=i, category="qa") for i in range(4)]
+    methods = [SimpleNamespace(label="baseline", kind="baseline", k=None),
+               SimpleNamespace(label="ngram", kind="peer", k=None)]
+    runner = SimpleNamespace(cfg=SimpleNamespace(greedy=True, k=4), questions=qs, methods=methods, load_rss_mb={},
+                             cost_model=None)
+
+    def row(qid, label, n, wall, prefill):
+        return {"question_id": qid, "method": label, "turn_token_ids": [list(range(n))], "texts": ["x"],
+                "new_tokens": n, "wall_time_s": wall, "prefill_time_s": prefill, "stats": None, "rss_peak_mb": 1.0}
+
+    done = {}
+    for q in range(3):  # 40 tokens: decode 2.0 s for the baseline, 1.0 s for ngram
+        done[(q, "baseline")] = row(q, "baseline", 40, 2.5, 0.5)
+        done[(q, "ngram")] = row(q, "ngram", 40, 1.5, 0.5)
+    # question 3 stops after 2 tokens: the decode times are noise (0.01 s against 0.001 s)
+    done[(3, "baseline")] = row(3, "baseline", 2, 0.51, 0.5)
+    done[(3, "ngram")] = row(3, "ngram", 2, 0.501, 0.5)
+    res = aggregate(runner, done)
+    ng = next(m for m in res["methods"] if m["method"] == "ngram")
+    assert ng["decode_speedup"]["mean"] == pytest.approx(2.0)  # 10x on question 3 would pull it up
+    assert ng["decode_pairs_left_out"] == 1 and ng["decode_runs"] == 3 and ng["decode_runs_left_out"] == 1
+    assert ng["decode_tokens_per_second"] == pytest.approx(3 * 39 / 3.0)
+    assert ng["speedup"]["mean"] > 1.0 and len(res["methods"]) == 2  # end to end: every question counts
+    res.update(config={"target": "t", "backend": "llama.cpp", "dataset": "dev", "max_new_tokens": 40,
+                       "temperature": 0.0, "k": 4, "draft_policy": "fixed"},
+               environment={k: "x" for k in ("date", "speculative", "llama_cpp_python", "torch", "transformers",
+                                             "cpus", "machine")}, questions=4)
+    md = markdown(res)
+    assert f"at least {MIN_DECODED_TOKENS} tokens" in md and "questions left out: baseline 1 of 4, ngram 1 of 4" in md
+    # a wrong filter is caught: with question 3 counted, the decode speedup is no longer 2.0
+    import speculative.bench.report as report
+
+    orig = report.MIN_DECODED_TOKENS
+    try:
+        report.MIN_DECODED_TOKENS = 0
+        assert next(m for m in aggregate(runner, done)["methods"]
+                    if m["method"] == "ngram")["decode_speedup"]["mean"] > 2.2
+    finally:
+        report.MIN_DECODED_TOKENS = orig

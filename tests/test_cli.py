@@ -58,7 +58,7 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
         (["generate", "hi", "--top-p", "1.5"], "top_p"),
         (["generate", "hi", "--top-k", "-2"], "top_k"),
         (["generate", "hi", "--drafter", "bogus"], "unknown drafter type"),
-        (["generate", "hi", "--drafter", "model:gemma-3-270m"], "vocabulary"),
+        (["generate", "hi", "--drafter", "model:gemma-3-270m,vocab=same"], "another tokenizer"),
         (["generate", "hi", "--threads", "0"], "threads"),
         (["generate", LONG_PROMPT, "--ctx-size", "128", "--no-chat"], "context window"),
         (["generate", "hi", "--backend", "llama.cpp", "--target", "HuggingFaceTB/SmolLM2-135M-Instruct"], "GGUF"),
@@ -89,7 +89,7 @@ def test_draft_model_with_short_context_stays_lossless(capsys):
     prompt = "Write a long story about a lighthouse keeper and a storm, with many details."
     _, a, _ = run_cli(capsys, "generate", prompt, "--max-new-tokens", "80", "--json", "--drafter", "none")
     code, b, err = run_cli(capsys, "generate", prompt, "--max-new-tokens", "80", "--json", "--k", "4",
-                           "--drafter", "model:smollm2-135m-instruct,ctx=64")
+                           "--draft-policy", "fixed", "--drafter", "model:smollm2-135m-instruct,ctx=64")
     assert code == 0, err
     assert json.loads(a)["token_ids"] == json.loads(b)["token_ids"]
     assert json.loads(b)["stats"]["accepted_tokens"] > 0

@@ -93,3 +93,22 @@ def test_choose_tree_nodes_by_path_probability():
     assert choose_tree_nodes(parents, conf, flat, rate) == [0, 1, 2, 3, 4]
     # a child is never chosen without its parent
     assert choose_tree_nodes([-1, 0], [0.01, 1.0], flat, rate, allowed=[1]) == []
+
+
+def test_sampled_drafts_are_verified_whole():
+    """The adaptive policy may cut a deterministic draft, never a sampled one: choosing the
+    verified length from the random draft's own confidences would bias the output."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from speculative.drafters.base import DraftProposal
+    from speculative.engine import DecodeRequest
+
+    steep = CostModel(sizes=[1, 2, 4, 8], seconds=[0.01, 0.02, 0.04, 0.08])
+    me = SimpleNamespace(cost=steep, rate=lambda: 100.0)
+    conf = [0.9, 0.05, 0.05, 0.05]
+    det = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf)
+    sampled = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf, probs=np.full((4, 8), 1 / 8))
+    assert DecodeRequest.choose_length(me, det) < 4
+    assert DecodeRequest.choose_length(me, sampled) == 4

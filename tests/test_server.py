@@ -322,7 +322,7 @@ def test_disconnect_frees_the_slot(server):
         ("/v1/completions", b"{not json", 400, "not valid JSON"),
         ("/v1/completions", {"prompt": 12}, 400, "prompt"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 10**9}, 400, "context"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": True}, 400, "max_tokens"),
         ("/v1/completions", {"prompt": "word " * 3000}, 400, "context"),
         ("/v1/completions", {"prompt": "hi", "model": "gpt-9"}, 404, "does not exist"),
         ("/v1/completions", {"prompt": "hi", "temperature": "hot"}, 400, "temperature"),
@@ -367,7 +367,7 @@ _fields = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", 
     path=st.sampled_from(["/v1/completions", "/v1/chat/completions"]),
     body=st.dictionaries(st.sampled_from(_fields), _values, max_size=8),
     good_prompt=st.booleans(),
-    tokens=st.one_of(st.integers(-3, 6), st.integers(10**6, 10**12)),
+    tokens=st.integers(-3, 6),  # a larger max_tokens is valid (generation stops at the window): too slow here
 )
 def test_fuzzed_bodies_never_5xx(server, path, body, good_prompt, tokens):
     url, _ = server

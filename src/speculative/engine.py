@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .backends.base import Backend, ForwardRequest
 from .config import GenerationConfig
+from .constraints import Constraint, apply_masks
 from .cost_model import CostModel, cached_verify_cost, choose_draft_length, choose_tree_nodes
 from .drafters.base import DraftProposal, Drafter, NoDrafter
 from .errors import ConfigError
@@ -132,16 +133,27 @@ class OutputText:
         self.stops = tuple(stops)
         self._max_stop = max((len(s) for s in self.stops), default=0)
         self._checked = 0
+        self._floor = 0  # a stop string counts only if it ends past this many characters
         self.final: str | None = None
 
-    def push(self, token: int, render: bool = True) -> bool:
-        """Add one token; True when a stop string is now complete."""
+    def push(self, token: int, render: bool = True, check: bool = True) -> bool:
+        """Add one token; True when a stop string is now complete. With ``check`` False (before
+        ``min_tokens``) stop strings are not looked for, and those completed so far never count."""
         if render:
             self.stream.push([token])
         text = self.stream.text
+        if not check:
+            self._floor = self._checked = len(text)
+            return False
         if self.stops and len(text) > self._checked:
             start = max(0, self._checked - self._max_stop + 1)
-            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+            hits = []
+            for s in self.stops:
+                i = text.find(s, start)
+                while i >= 0 and i + len(s) <= self._floor:
+                    i = text.find(s, i + 1)
+                if i >= 0:
+                    hits.append(i)
             self._checked = len(text)
             if hits:
                 self.final = text[: min(hits)]
@@ -174,14 +186,19 @@ class DecodeRequest:
         gen: the generator (target, drafter, cost model).
         prompt_ids: the prompt's token ids.
         cfg: a validated :class:`GenerationConfig`.
+        messages: the chat messages ``prompt_ids`` were rendered from, if any (a drafter with
+            another tokenizer renders them with its own template).
     """
 
-    def __init__(self, gen: SpeculativeGenerator, prompt_ids: Sequence[int], cfg: GenerationConfig):
+    def __init__(self, gen: SpeculativeGenerator, prompt_ids: Sequence[int], cfg: GenerationConfig,
+                 messages: Sequence[dict] | None = None):
         self.gen = gen
+        self.messages = list(messages) if messages else None  # chat messages the prompt was rendered from
         self.target = gen.target
         self.drafter = gen.drafter if cfg.speculative else NoDrafter()
         self.cfg = cfg
         self.prompt_ids = list(prompt_ids)
+        self.target.check_prompt_fits(len(self.prompt_ids))  # ContextOverflowError: no room for a new token
         self.sampler = gen.make_sampler(cfg, len(self.prompt_ids))
         self.rng = np.random.default_rng(cfg.sampling.seed)
         self.k = cfg.num_speculative_tokens
@@ -196,14 +213,21 @@ class DecodeRequest:
         self.dstate = None
         plain = isinstance(self.drafter, NoDrafter)
         self.cost: CostModel | None = gen.cost_model if (cfg.draft_policy == "adaptive" and not plain) else None
-        self.draft_cost_per_token = 0.0  # seconds, running mean of the drafter's cost
+        # seconds per draft token: the drafter's measured estimate, refined by this request's proposals
+        self.draft_cost_per_token = (self.drafter.draft_cost_estimate() or 0.0) if self.cost is not None else 0.0
         self._t0 = 0.0
+        self._target_t0 = 0.0
         self._proposal: DraftProposal | None = None
         self._draft: list[int] = []
         self._tree: tuple[list[int], list[int], list[int]] | None = None
         self._pending = 1
         self._n_cached = 0
         self._t_verify = 0.0
+        #: the output's constraint (JSON, schema, regex, grammar): its matcher holds the committed output
+        self.constraint = Constraint.compile(cfg.constraint, self.target) if cfg.constraint is not None else None
+        self._masks = None  # constraint masks along the current draft (chain: [n+1, V]; tree: (root, per node))
+        self._cut: tuple[int, np.ndarray] | None = None  # a forbidden draft token cut off, and its q row
+        self.constraint_cut_tokens = 0  # draft tokens the constraint cut before verification
 
     @property
     def done(self) -> bool:
@@ -215,6 +239,7 @@ class DecodeRequest:
         """Take a sequence (reusing a cached prefix), run the prompt, emit the first token."""
         perf = time.perf_counter
         self._t0 = t0 = perf()
+        self._target_t0 = self.target.forward_time_s
         target = self.target
         self.seq = target.allocate_sequence(self.prompt_ids)
         kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
@@ -228,15 +253,17 @@ class DecodeRequest:
             out = target.forward([ForwardRequest(self.seq, self.prompt_ids[split:], logits="all", hidden=True,
                                                  hidden_layers=self.drafter.hidden_layers)])[0]
             logits = out.logits
-            self.dstate = self.drafter.start(self.prompt_ids)
+            self.dstate = self.drafter.start_request(self.prompt_ids, self.messages)
             self.drafter.observe_hidden(self.dstate, split, out.hidden)
         else:
             logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
-            self.dstate = self.drafter.start(self.prompt_ids)
+            self.dstate = self.drafter.start_request(self.prompt_ids, self.messages)
         self.context = list(self.prompt_ids)
         rows = logits[-1:]
         if self.sampler.uses_history:
             rows = self.sampler.adjust(rows, self.context, ())
+        if self.constraint is not None:
+            rows = apply_masks(rows, self.constraint.mask()[None])
         first, _ = self.sampler.sample(rows[0], self.rng)
         self.stats.steps = 1
         self.stats.prefill_time_s = perf() - t0
@@ -248,7 +275,7 @@ class DecodeRequest:
 
     def budget(self) -> int:
         """Most draft tokens this step may verify (k, the tokens left, the context window)."""
-        room = self.target.n_ctx - len(self.context)
+        room = self.target.n_ctx - len(self.context) - 1  # prompt + output never exceed the window
         return max(0, min(self.k, self.cfg.max_new_tokens - len(self.out) - 1, room))
 
     def rate(self) -> float:
@@ -259,34 +286,104 @@ class DecodeRequest:
 
     def propose(self) -> DraftProposal:
         """Ask the drafter for this step's draft (up to :meth:`budget` tokens)."""
-        if self.target.n_ctx - len(self.context) < 0:
+        if len(self.context) >= self.target.n_ctx:
             self._finish("length")  # the context window is full
             return DraftProposal()
         m_max = self.budget()
         td = time.perf_counter()
+        model_t0 = self.drafter.model_time_s()
         min_conf = 0.0
         if self.cost is not None:
             t1 = self.cost.time(1)
             min_conf = self.rate() * ((self.cost.time(self.k + 1) - t1) / self.k + self.draft_cost_per_token)
+            if m_max > 0 and not self.drafting_can_pay(m_max):
+                m_max = 0  # not even a perfectly accepted draft would pay: do not run the drafter
         if m_max > 0:
-            p = self.drafter.propose(self.dstate, self.context, m_max, self.sampler, self.rng, min_confidence=min_conf)
+            guide = self.constraint.guide() if self.constraint is not None and self.drafter.steerable else None
+            try:
+                p = self.drafter.propose(self.dstate, self.context, m_max, self.sampler, self.rng,
+                                         min_confidence=min_conf, **({"guide": guide} if guide else {}))
+            finally:
+                if guide is not None:
+                    guide.release()
         else:
             p = DraftProposal()
         dt = time.perf_counter() - td
         self.stats.draft_time_s += dt
+        self.stats.draft_forward_time_s += self.drafter.model_time_s() - model_t0
         if p.tokens:
-            self.draft_cost_per_token += 0.1 * (dt / min(len(p.tokens), m_max) - self.draft_cost_per_token)
+            per_token = max(dt - p.catchup_s, 0.0) / min(len(p.tokens), m_max)
+            self.draft_cost_per_token += 0.1 * (per_token - self.draft_cost_per_token)
         if p.parents is None:
             p.tokens = [int(t) for t in p.tokens[:m_max]]
         else:
             p = _limit_depth(p, m_max)
+        if self.constraint is not None:
+            p = self._constrain(p)
         self._proposal = p
         return p
 
+    def drafting_can_pay(self, m_max: int) -> bool:
+        """Whether drafting could beat plain decoding this step even if every draft token were accepted.
+
+        With the measured verification cost T(n), the drafter's cost per token t_d and the
+        request's rate r (tokens/s, at least 1/T(1)), m perfectly accepted draft tokens score
+        (m + 1) - r·(m·t_d + T(m + 1)) against plain decoding's 1 - r·T(1) (the renewal-reward
+        form of :func:`~speculative.cost_model.choose_draft_length`, with the drafter's cost added).
+        When no m <= ``m_max`` wins, the step decodes plainly without running the drafter, so a
+        drafter that costs a large share of a target step (a same-family draft model on a
+        compute-bound CPU) costs nothing; on hardware where T(n) is flat the same test drafts.
+        """
+        cost, rate, td = self.cost, self.rate(), self.draft_cost_per_token
+        base = 1.0 - rate * cost.time(1)
+        return any((m + 1) - rate * (m * td + cost.time(m + 1)) > base for m in range(1, m_max + 1))
+
+    def _constrain(self, p: DraftProposal) -> DraftProposal:
+        """The proposal without what the constraint forbids; the masks at the positions left go to ``_masks``.
+
+        A chain is cut at its first forbidden token (kept in ``_cut`` with its q row when the drafter
+        sampled it, see :meth:`commit`) or after a token that completes the grammar. A tree loses
+        the nodes whose path the constraint forbids (deterministic siblings only: for them a
+        forbidden candidate changes nothing, since its masked p is already 0).
+        """
+        c = self.constraint
+        self._cut = None
+        if p.parents is None:
+            n, masks, forbidden = c.chain_masks(p.tokens)
+            self._masks = masks
+            if n == len(p.tokens):
+                return p
+            self.constraint_cut_tokens += len(p.tokens) - n
+            if forbidden and p.probs is not None:
+                self._cut = (int(p.tokens[n]), p.probs[n])
+            return replace(p, tokens=list(p.tokens[:n]), probs=p.probs[:n] if p.probs is not None else None,
+                           confidence=list(p.confidence[:n]) if p.confidence is not None else None)
+        if p.probs is not None:
+            raise ConfigError("a token tree of sampled siblings cannot be verified under a constraint: "
+                              "use a chain drafter (no tree=...)")
+        keep, root, node_masks = c.tree_masks(p.tokens, p.parents)
+        if len(keep) != len(p.tokens):
+            self.constraint_cut_tokens += len(p.tokens) - len(keep)
+            new = {old: i for i, old in enumerate(keep)}
+            p = replace(p, tokens=[p.tokens[i] for i in keep],
+                        confidence=[p.confidence[i] for i in keep] if p.confidence is not None else None,
+                        parents=[-1 if p.parents[i] < 0 else new[p.parents[i]] for i in keep])
+        self._masks = (root, node_masks)
+        return p
+
     def choose_length(self, proposal: DraftProposal, cost: CostModel | None = None, rate: float | None = None) -> int:
-        """Chain drafts: leading tokens worth verifying (the adaptive policy), or all of them (fixed)."""
+        """Chain drafts: leading tokens worth verifying (the adaptive policy), or all of them (fixed).
+
+        A sampled draft (``proposal.probs`` set: x_i ~ q_i) is verified whole: choosing the
+        length from the drafted tokens' own confidences would make which positions are
+        verified depend on the random draft, and rejection sampling is exact only averaged
+        over every x ~ q (e.g. p = (1/2, 1/2), q = (0.9, 0.1), "verify x only if q(x) >= 1/2"
+        emits the first token with probability 0.55). The drafter's own early stop is still
+        allowed: it decides after each drafted token whether to go on, and every token it
+        returns is verified, so the stopping rule only ever depends on verified tokens.
+        """
         cost = cost or self.cost
-        if cost is None or proposal.confidence is None or not proposal.tokens:
+        if cost is None or proposal.confidence is None or not proposal.tokens or proposal.probs is not None:
             return len(proposal.tokens)
         return choose_draft_length(proposal.confidence[: len(proposal.tokens)], cost, rate or self.rate())
 
@@ -365,11 +462,19 @@ class DecodeRequest:
             self.cost.update(len(draft) + self._pending, forward_s)
         if sampler.uses_history:
             logits = sampler.adjust(logits, self.context, draft)
+        if self.constraint is not None:
+            logits = apply_masks(logits, self._masks[: len(draft) + 1])
         if sampler.greedy:
             res = verify_greedy(sampler.argmax(logits), draft)
         else:
             q = proposal.probs[: len(draft)] if proposal is not None and proposal.probs is not None else None
-            res = rejection_sample(lambda i: sampler.probs(logits[i]), draft, q, self.rng)
+            verified = draft
+            if self._cut is not None and q is not None and len(draft) == len(proposal.tokens):
+                # the forbidden token cut off after the draft was sampled from q: it is rejected
+                # (masked p = 0), so its position draws from the residual norm(max(0, p - q)), not p
+                verified = list(draft) + [self._cut[0]]
+                q = np.concatenate([q, self._cut[1][None]])
+            res = rejection_sample(lambda i: sampler.probs(logits[i]), verified, q, self.rng)
         self.target.truncate(self.seq, len(self.context) + res.num_accepted)
         self.stats.record_step(len(draft), res.num_accepted)
         if self.drafter.needs_hidden and hidden_all is not None:
@@ -391,6 +496,9 @@ class DecodeRequest:
                 if sampler.uses_history:
                     hist = ctx + [toks[i] for i in path_to(parents, u)] if u >= 0 else ctx
                     r = sampler.adjust(r[None], hist, ())[0]
+                if self.constraint is not None:
+                    root_mask, node_masks = self._masks
+                    r = apply_masks(r[None], (root_mask if u < 0 else node_masks[orig[u]])[None])[0]
                 rows[u] = r
             return rows[u]
 
@@ -419,18 +527,22 @@ class DecodeRequest:
         now = time.perf_counter()
         self.stats.verify_time_s += now - self._t_verify
         self.stats.wall_time_s = now - self._t0
+        self.stats.target_forward_time_s = self.target.forward_time_s - self._target_t0
         return new
 
     # ---- emission and the end -----------------------------------------------------------
 
     def _emit(self, tokens: Sequence[int], rows: np.ndarray) -> list[int]:
-        """Commit tokens one by one, stopping at EOS, a stop string or max_new_tokens."""
+        """Commit tokens one by one, stopping at EOS, a stop string, max_new_tokens or the end of
+        the context window (prompt + output = n_ctx)."""
         new: list[int] = []
         for j, t in enumerate(tokens):
             t = int(t)
             new.append(t)
             self.out.append(t)
             self.context.append(t)
+            if self.constraint is not None:
+                self.constraint.consume(t)
             if self.logprobs is not None:
                 self.logprobs.append(self._logprob(rows[j], t))
             is_eos = t in self.eos
@@ -438,11 +550,14 @@ class DecodeRequest:
                 self.text.push(t, render=False)
                 self._finish("stop")
                 break
-            if self.text.push(t):
+            if self.text.push(t, check=len(self.out) >= self.cfg.min_tokens):
                 self._finish("stop")
                 break
-            if len(self.out) >= self.cfg.max_new_tokens:
-                self._finish("length")
+            if self.constraint is not None and self.constraint.stopped:
+                self._finish("stop")  # the output is complete: the grammar allows nothing more
+                break
+            if len(self.out) >= self.cfg.max_new_tokens or len(self.context) >= self.target.n_ctx:
+                self._finish("length")  # max_new_tokens, or the context window is full
                 break
         self.stats.new_tokens = len(self.out)
         return new
@@ -454,7 +569,7 @@ class DecodeRequest:
         if n:
             idx = np.argpartition(-lp, n - 1)[:n] if n < lp.shape[0] else np.arange(lp.shape[0])
             idx = idx[np.lexsort((idx, -lp[idx]))]
-            top = [(int(i), float(lp[i])) for i in idx]
+            top = [(int(i), float(lp[i])) for i in idx if np.isfinite(lp[i])]  # not tokens ruled out (-inf)
         return TokenLogprob(token, float(lp[token]), top)
 
     def _finish(self, reason: str) -> None:
@@ -464,6 +579,7 @@ class DecodeRequest:
     def release(self) -> None:
         """Free the sequence (its cache stays for prefix reuse) and the drafter state."""
         self.stats.wall_time_s = time.perf_counter() - self._t0
+        self.stats.target_forward_time_s = self.target.forward_time_s - self._target_t0
         if self.dstate is not None:
             self.drafter.finish(self.dstate)
             self.dstate = None
@@ -648,8 +764,16 @@ class SpeculativeGenerator:
         ``chat=None`` applies the template when the model has one.
 
         Raises:
-            ConfigError: empty prompt, or chat asked for without a template.
+            ConfigError: empty prompt, text that is not valid Unicode (a lone surrogate), or chat
+                asked for without a template.
         """
+        try:
+            return self._encode_prompt(prompt, chat)
+        except UnicodeEncodeError as e:  # a lone surrogate (from JSON escapes, or argv bytes that are not UTF-8)
+            raise ConfigError(f"the prompt is not valid Unicode text (lone surrogate "
+                              f"\\u{ord(e.object[e.start]):04x})") from None
+
+    def _encode_prompt(self, prompt: Prompt, chat: bool | None) -> list[int]:
         t = self.target
         if isinstance(prompt, str):
             if not prompt.strip():
@@ -696,10 +820,19 @@ class SpeculativeGenerator:
         self.target.check_prompt_fits(len(ids))
         if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= self.target.vocab_size:
             raise ConfigError(f"logit_bias token ids must be < {self.target.vocab_size}")
-        return DecodeRequest(self, ids, cfg)
+        return DecodeRequest(self, ids, cfg, messages=self._chat_messages(prompt, chat))
+
+    def _chat_messages(self, prompt: Prompt, chat: bool | None) -> list[dict] | None:
+        """The messages a prompt is rendered from by the chat template (None for raw text or ids)."""
+        if isinstance(prompt, str):
+            use_chat = (self.target.chat_template is not None) if chat is None else chat
+            return [{"role": "user", "content": prompt}] if use_chat else None
+        items = list(prompt)
+        return items if items and isinstance(items[0], dict) else None
 
     def make_sampler(self, cfg: GenerationConfig, prompt_len: int = 0) -> Sampler:
-        return Sampler(cfg.sampling, prompt_len)
+        suppress = self.target.eos_token_ids if cfg.stop_at_eos else ()
+        return Sampler(cfg.sampling, prompt_len, min_tokens=cfg.min_tokens, suppress=suppress)
 
     def _steps(self, req: DecodeRequest) -> Iterator[list[int]]:
         try:

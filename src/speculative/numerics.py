@@ -46,6 +46,10 @@ class NumericsReport:
     batch_sizes: list[int]
 
 
+#: batch sizes ``speculative doctor`` checks: every verification size up to 16, odd ones, server batches
+FULL_BATCH_SIZES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, 64)
+
+
 def check_batch_invariance(backend: Backend, batch_sizes: tuple[int, ...] = (4, 16)) -> NumericsReport:
     """Compare one-token steps with batched steps on ``backend``'s sequence 0 (left empty afterwards)."""
     ids = backend.encode(_PROBE_TEXT)
@@ -80,14 +84,26 @@ def _build_key() -> str:
     return "-".join(parts)
 
 
-def cached_batch_invariance(backend) -> NumericsReport:
-    """:func:`check_batch_invariance` for a llama.cpp backend, cached per build and model file."""
+def cached_batch_invariance(backend, batch_sizes: tuple[int, ...] = (4, 16)) -> NumericsReport:
+    """:func:`check_batch_invariance` for a llama.cpp backend, cached per build, model file and batch sizes."""
     path = cache_dir("numerics") / "llama_cpp.json"
     key = f"{_build_key()}|{file_key(backend.path)}|{backend.numerics}"
+    batch_sizes = tuple(batch_sizes)
+    if batch_sizes != (4, 16):
+        key += "|" + ",".join(map(str, batch_sizes))
     data = read_json(path)
     if key in data:
         return NumericsReport(**data[key])
-    report = check_batch_invariance(backend)
+    n = max(batch_sizes)
+    if backend.n_ctx < n + 4 or getattr(backend, "_batch_cap", 16) < n:
+        # too small a window for the check (n tokens after 4): run it on a probe context of the same model
+        probe = type(backend)(backend.path, n_ctx=max(64, n + 8), n_threads=backend.n_threads, numerics=backend.numerics)
+        try:
+            report = check_batch_invariance(probe, batch_sizes)
+        finally:
+            probe.close()
+    else:
+        report = check_batch_invariance(backend, batch_sizes)
     data[key] = asdict(report)
     write_json_atomic(path, data)
     return report

@@ -11,7 +11,7 @@ Arrays: logits are float32 ``[n, V]`` or ``[V]``; probabilities are float64
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -106,13 +106,21 @@ class Sampler:
         params: the request's :class:`SamplingParams`.
         prompt_len: tokens of the history that are the prompt (frequency and
             presence penalties count output tokens only).
+        min_tokens: at output positions before this one (0-based, counted from the
+            end of the prompt), the logits of ``suppress`` are set to -inf.
+        suppress: token ids masked before ``min_tokens`` (the end-of-generation set).
     """
 
-    def __init__(self, params: SamplingParams, prompt_len: int = 0):
+    def __init__(self, params: SamplingParams, prompt_len: int = 0, min_tokens: int = 0,
+                 suppress: Iterable[int] = ()):
         self.params = params.validate()
         self.prompt_len = prompt_len
+        self.min_tokens = int(min_tokens)
+        self._suppress = np.fromiter(sorted(set(suppress)), dtype=np.int64) if min_tokens > 0 else None
+        if self._suppress is not None and not self._suppress.size:
+            self._suppress = None
         #: True when :meth:`adjust` changes logits; callers skip it otherwise.
-        self.uses_history = params.uses_history
+        self.uses_history = params.uses_history or self._suppress is not None
         if params.logit_bias:
             self._bias_ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64)
             self._bias_vals = np.fromiter(params.logit_bias.values(), dtype=np.float32)
@@ -124,7 +132,8 @@ class Sampler:
         return self.params.greedy
 
     def adjust(self, logits: np.ndarray, history: Sequence[int], draft: Sequence[int]) -> np.ndarray:
-        """Logits ``[n, V]`` after logit bias and penalties; row i sees ``history + draft[:i]``.
+        """Logits ``[n, V]`` after logit bias, penalties and the ``min_tokens`` mask; row i sees
+        ``history + draft[:i]`` (so it is output position ``len(history) - prompt_len + i``).
 
         Returns a new float32 array (the input, often backend memory, is not modified),
         or ``logits`` itself when there is nothing to apply.
@@ -132,6 +141,8 @@ class Sampler:
         if not self.uses_history:
             return logits
         p = self.params
+        if not p.uses_history and len(history) - self.prompt_len >= self.min_tokens:
+            return logits  # past min_tokens, nothing else to apply
         out = np.array(logits, dtype=np.float32, copy=True)
         v = out.shape[-1]
         counts: dict[int, int] = {}
@@ -139,6 +150,8 @@ class Sampler:
             counts[t] = counts.get(t, 0) + 1
         seen = set(history) if p.repetition_penalty != 1.0 else None
         for i in range(out.shape[0]):
+            if self._suppress is not None and len(history) - self.prompt_len + i < self.min_tokens:
+                out[i, self._suppress[self._suppress < v]] = -np.inf
             if i > 0:
                 t = int(draft[i - 1])
                 counts[t] = counts.get(t, 0) + 1

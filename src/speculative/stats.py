@@ -26,6 +26,10 @@ class GenerationStats:
     Times are wall-clock seconds. ``prefill_time_s`` covers the prompt's
     forward pass in target and drafter; ``draft_time_s`` the drafter's proposing;
     ``verify_time_s`` the target's verification passes and the acceptance test.
+    ``target_forward_time_s`` / ``draft_forward_time_s`` are the time inside the target's
+    and the drafter's model forward passes (in a server batch, the target's whole batched
+    pass); the rest of the wall time, :attr:`overhead_time_s`, is orchestration: Python,
+    sampling, verification, tokenization.
     """
 
     num_speculative_tokens: int = 0
@@ -42,6 +46,8 @@ class GenerationStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     wall_time_s: float = 0.0
+    target_forward_time_s: float = 0.0
+    draft_forward_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -80,7 +86,8 @@ class GenerationStats:
         """Add another generation's counters and times to this one (turns of a chat, a server's totals)."""
         for name in ("prompt_tokens", "cached_prompt_tokens", "new_tokens", "steps", "draft_tokens", "accepted_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("prefill_time_s", "draft_time_s", "verify_time_s", "wall_time_s"):
+        for name in ("prefill_time_s", "draft_time_s", "verify_time_s", "wall_time_s", "target_forward_time_s",
+                     "draft_forward_time_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("accept_counts", "position_proposed", "position_accepted"):
             mine, theirs = getattr(self, name), getattr(other, name)
@@ -114,6 +121,16 @@ class GenerationStats:
         return max(self.wall_time_s - self.prefill_time_s, 0.0)
 
     @property
+    def overhead_time_s(self) -> float:
+        """Wall time outside the target's and the drafter's forward passes (orchestration)."""
+        return max(self.wall_time_s - self.target_forward_time_s - self.draft_forward_time_s, 0.0)
+
+    @property
+    def overhead_fraction(self) -> float:
+        """Orchestration's share of the wall time (0 when nothing was timed)."""
+        return self.overhead_time_s / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
         """New tokens per second of wall time, prefill included."""
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
@@ -132,6 +149,8 @@ class GenerationStats:
             per_position_acceptance=self.per_position_acceptance,
             tokens_per_second=self.tokens_per_second,
             decode_tokens_per_second=self.decode_tokens_per_second,
+            overhead_time_s=self.overhead_time_s,
+            overhead_fraction=self.overhead_fraction,
         )
         return d
 

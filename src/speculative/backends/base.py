@@ -19,6 +19,7 @@ What later work plugs into without a rewrite:
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -151,6 +152,8 @@ class Backend(abc.ABC):
     #: True when a position's logits do not depend on how many tokens share its
     #: forward pass, so greedy speculation reproduces plain greedy bit for bit.
     batch_invariant: bool = False
+    #: seconds spent in forward passes so far (the model's own compute, for overhead accounting)
+    forward_time_s: float = 0.0
 
     def __init__(self) -> None:
         self._seqs: dict[int, _SequenceState] = {}
@@ -223,9 +226,12 @@ class Backend(abc.ABC):
             st = self._seqs[r.seq_id]
             if st.tree is not None:
                 raise RuntimeError(f"sequence {r.seq_id} has an uncommitted tree: call commit_path first")
-            if len(st.tokens) + len(r.tokens) > self.n_ctx:
+            # positions used: a chain's tokens one after another, a tree's nodes at their depths
+            depth = len(r.tokens) if r.tree_parents is None else max(tree_depths(r.tree_parents), default=0)
+            need = len(st.tokens) + depth
+            if need > self.n_ctx:
                 raise ContextOverflowError(
-                    f"sequence needs {len(st.tokens) + len(r.tokens)} positions but the "
+                    f"sequence needs {need} positions but the "
                     f"{self.name} context holds {self.n_ctx} (raise --ctx-size)"
                 )
             if r.tree_parents is not None:
@@ -241,7 +247,9 @@ class Backend(abc.ABC):
                 raise NotImplementedError(f"the {self.name} backend does not return hidden states")
             if r.hidden and r.hidden_layers and not self.supports_layer_hidden:
                 raise NotImplementedError(f"the {self.name} backend does not return intermediate layers' hidden states")
+        t0 = time.perf_counter()
         results = self._forward(requests)
+        self.forward_time_s += time.perf_counter() - t0
         for r in requests:
             st = self._seqs[r.seq_id]
             if r.tree_parents is None:
@@ -352,3 +360,20 @@ class Backend(abc.ABC):
         v = self.vocab_size
         ids = sorted(set(np.linspace(0, v - 1, num=min(n, v), dtype=np.int64).tolist()) | set(range(min(32, v))))
         return [(i, self.token_text(i)) for i in ids]
+
+    def token_bytes_table(self) -> list[bytes | None]:
+        """Per token id, the bytes it adds to decoded text; None for control tokens (BOS, end of turn),
+        which :meth:`decode` leaves out. Computed once per backend (cross-vocabulary drafting compares
+        tokenizers by these bytes).
+
+        This generic version decodes each id alone, so a token holding part of a UTF-8 character
+        (decoded as U+FFFD) gets None; backends that can return raw bytes override it.
+        """
+        cached = getattr(self, "_token_bytes", None)
+        if cached is None:
+            cached = []
+            for i in range(self.vocab_size):
+                t = self.decode([i])
+                cached.append(t.encode("utf-8") if t and "\ufffd" not in t else None)
+            self._token_bytes = cached
+        return cached

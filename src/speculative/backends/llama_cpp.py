@@ -105,7 +105,8 @@ class LlamaCppBackend(Backend):
         n_threads: CPU threads (default: physical cores).
         max_sequences: sequences held at once (several clients of a server).
         numerics: "exact" (batch-invariant logits, the default) or "fast".
-        n_batch: most tokens per llama_decode call (prompts are split into such chunks).
+        n_batch: most tokens per llama_decode call (prompts are split into such chunks); llama.cpp
+            lowers it to the context size, and so does this backend.
         model_id: the name shown in stats and errors.
         tree_width: most leaves of a token tree verified at once; 0 disables trees.
             Trees need per-token sequence ids in one unified KV buffer: each leaf's
@@ -205,14 +206,17 @@ class LlamaCppBackend(Backend):
             raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
         self._ctx = ctx
         self._mem = L.llama_get_memory(ctx)
-        self.n_ctx = n_ctx if self.tree_width else int(L.llama_n_ctx_seq(ctx))
+        # llama.cpp pads a context to a multiple of 256 cells; the window is what was asked for
+        self.n_ctx = n_ctx if self.tree_width else min(n_ctx, int(L.llama_n_ctx_seq(ctx)))
         self.supports_tree = self.tree_width > 0
         self.tree_spine_only = numerics == "exact"
         self.n_batch = int(n_batch)
         self._embeddings_on = False
         self.batch_invariant = numerics == "exact"
 
-        self._batch_cap = self.n_batch
+        # llama.cpp caps a decode call at min(n_batch, the context asked for) tokens (and aborts past it):
+        # longer inputs are fed in chunks of at most that many, one micro-batch each
+        self._batch_cap = max(1, min(self.n_batch, int(L.llama_n_batch(ctx)), int(L.llama_n_ubatch(ctx))))
         self._batch = L.llama_batch_init(self._batch_cap, 0, cp.n_seq_max)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(self._batch_cap,))
@@ -475,6 +479,28 @@ class LlamaCppBackend(Backend):
     def token_text(self, token_id: int) -> str:
         t = self._L.llama_vocab_get_text(self._vocab, int(token_id))
         return t.decode("utf-8", "replace") if t else ""
+
+    def token_bytes_table(self) -> list[bytes | None]:
+        """Raw bytes of every token's piece (llama_token_to_piece, specials not rendered); None for control tokens."""
+        cached = getattr(self, "_token_bytes", None)
+        if cached is None:
+            L, vocab = self._L, self._vocab
+            control = L.LLAMA_TOKEN_ATTR_CONTROL
+            buf = ctypes.create_string_buffer(256)
+            cached = []
+            for i in range(self.vocab_size):
+                if int(L.llama_vocab_get_attr(vocab, i)) & control:
+                    cached.append(None)
+                    continue
+                n = L.llama_token_to_piece(vocab, i, buf, 256, 0, False)
+                if n < 0:  # pragma: no cover - a piece longer than 256 bytes
+                    big = ctypes.create_string_buffer(-n)
+                    n = L.llama_token_to_piece(vocab, i, big, -n, 0, False)
+                    cached.append(big.raw[:n] or None)
+                else:
+                    cached.append(buf.raw[:n] or None)
+            self._token_bytes = cached
+        return cached
 
     @property
     def chat_template(self) -> str | None:

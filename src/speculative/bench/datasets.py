@@ -1,4 +1,9 @@
-"""Prompt sets for the bench: Spec-Bench (the test set) and the project's development set.
+"""Prompt sets for the bench: Spec-Bench (the test set), the project's code prompts and development set.
+
+``code`` holds 45 programming requests the project wrote (writing functions,
+editing and fixing, refactoring, explaining code; never HumanEval or its
+derivatives), in one category ``code``. Datasets combine with ``+``
+(``spec-bench+code``).
 
 Spec-Bench (Xia et al. 2024) groups its 480 questions in six categories; its
 first 80 are MT-Bench's eight sub-categories, reported together as
@@ -16,7 +21,7 @@ from pathlib import Path
 from ..errors import ConfigError
 
 MT_BENCH_SUBCATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "code")
 CATEGORY_TITLES = {
     "mt_bench": "MT-Bench",
     "translation": "Translation",
@@ -24,6 +29,7 @@ CATEGORY_TITLES = {
     "qa": "QA",
     "math_reasoning": "Math",
     "rag": "RAG",
+    "code": "Code",
 }
 
 
@@ -38,14 +44,17 @@ class Question:
 
 
 def dataset_path(name: str) -> Path:
-    """``spec-bench`` (the repository copy), ``dev`` (the development set) or a JSONL path."""
+    """``spec-bench`` (the repository copy), ``code`` (the project's code prompts), ``dev`` (the development
+    set) or a JSONL path."""
     if name == "spec-bench":
         return Path(str(resources.files("speculative") / "data" / "spec_bench" / "question.jsonl"))
     if name == "dev":
         return Path(str(resources.files("speculative") / "data" / "devset.jsonl"))
+    if name == "code":
+        return Path(str(resources.files("speculative") / "data" / "code.jsonl"))
     p = Path(name)
     if not p.is_file():
-        raise ConfigError(f"dataset '{name}' is neither 'spec-bench', 'dev' nor a JSONL file")
+        raise ConfigError(f"dataset '{name}' is neither 'spec-bench', 'code', 'dev' nor a JSONL file")
     return p
 
 
@@ -55,6 +64,8 @@ def load_questions(name: str = "spec-bench") -> list[Question]:
     Raises:
         ConfigError: a missing file or a malformed line (with its line number).
     """
+    if "+" in name and not Path(name).is_file():
+        return [q for part in name.split("+") for q in load_questions(part)]
     path = dataset_path(name)
     out = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -67,7 +78,7 @@ def load_questions(name: str = "spec-bench") -> list[Question]:
             turns = tuple(str(t) for t in row["turns"])
             if not turns:
                 raise ValueError("no turns")
-            out.append(Question(int(row["question_id"]), cat, turns, sub))
+            out.append(Question(int(row["question_id"]), cat, turns, str(row.get("subcategory", sub))))
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"{path}:{i}: not a question line ({e})") from None
     return out

@@ -31,6 +31,8 @@ class RunRecord:
         wall_time_s: generation time over all turns, prefill included.
         prefill_time_s: time to the first generated token of each turn, summed.
         stats: the engine's merged :class:`GenerationStats` (our methods), else None.
+        extra: a peer's own figures (llama-server: ``draft_n``, ``draft_n_accepted``,
+            ``rss_peak_mb`` of the server process).
     """
 
     turn_token_ids: list[list[int]] = field(default_factory=list)
@@ -39,6 +41,7 @@ class RunRecord:
     wall_time_s: float = 0.0
     prefill_time_s: float = 0.0
     stats: GenerationStats | None = None
+    extra: dict = field(default_factory=dict)
 
     @property
     def decode_time_s(self) -> float:
@@ -46,18 +49,29 @@ class RunRecord:
 
 
 class Method:
-    """A decoder under test. ``kind`` is "baseline", "ours" or "peer"; peers are not gated on greedy identity."""
+    """A decoder under test. ``kind`` is "baseline", "ours" or "peer"; peers are not gated on greedy identity.
+    ``plain``: plain decoding of the target (the report's headline compares with the fastest of these)."""
 
     label: str = "method"
     kind: str = "ours"
     k: int | None = None
     compare_by: str = "ids"  # or "text" (endpoints)
+    plain: bool = False
 
     def run(self, question: Question, cfg: GenerationConfig) -> RunRecord:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
+
+
+def _chat_messages(turns: Sequence[str], answers: Sequence[str]) -> list[dict]:
+    msgs: list[dict] = []
+    for i, t in enumerate(turns):
+        msgs.append({"role": "user", "content": t})
+        if i < len(answers):
+            msgs.append({"role": "assistant", "content": answers[i]})
+    return msgs
 
 
 def chat_prompt(target: Backend, turns: Sequence[str], answers: Sequence[str], chat: bool) -> list[int]:
@@ -84,6 +98,7 @@ class EngineMethod(Method):
         self.label = label
         self.gen = generator
         self.kind = kind
+        self.plain = kind == "baseline"
         self.k = k
         self.policy = policy
         self.chat = chat
@@ -94,7 +109,10 @@ class EngineMethod(Method):
         rec = RunRecord(stats=GenerationStats(num_speculative_tokens=cfg.num_speculative_tokens))
         for i in range(len(question.turns)):
             ids = chat_prompt(self.gen.target, question.turns[: i + 1], rec.texts, self.chat)
-            r = self.gen.generate(ids, **_overrides(cfg))
+            # chat: the messages themselves (the engine renders the same ids; a drafter with another
+            # tokenizer renders them with its own template)
+            msgs = _chat_messages(question.turns[: i + 1], rec.texts) if self.chat else None
+            r = self.gen.generate(msgs or ids, **_overrides(cfg))
             rec.turn_token_ids.append(list(r.token_ids))
             rec.texts.append(r.text)
             rec.new_tokens += len(r.token_ids)

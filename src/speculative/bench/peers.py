@@ -1,5 +1,6 @@
 """Peers measured in the same bench run: llama-cpp-python (plain and its prompt lookup),
-transformers ``generate`` (plain, prompt lookup, assisted), and any OpenAI-compatible endpoint.
+transformers ``generate`` (plain, prompt lookup, assisted), any OpenAI-compatible endpoint,
+and llama.cpp's own ``llama-server`` (plain and speculative; :mod:`.llama_server`).
 
 Each runs with its own defaults, as its users would, from the same prompt
 token ids as our methods. They are not gated on greedy identity: the report
@@ -23,6 +24,9 @@ PEER_NAMES = (
     "transformers",
     "transformers-lookup",
     "transformers-assisted:MODEL",
+    "llama-server",
+    "llama-server-spec",
+    "llama-server-spec-defaults",
 )
 
 
@@ -35,6 +39,7 @@ class LlamaCppPythonPeer(Method):
         import llama_cpp
 
         self.label = "llama-cpp-python" + (" lookup" if lookup else "")
+        self.plain = not lookup
         kwargs = dict(model_path=gguf_path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
         if lookup:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -84,6 +89,7 @@ class TransformersPeer(Method):
         self.mode = mode
         self.assistant = assistant
         self.label = {"plain": "transformers", "lookup": "transformers lookup"}.get(mode, f"transformers assisted ({mode})")
+        self.plain = mode == "plain"
         self.turns = _TimedTurns(target, chat)
         self.eos = sorted(target.eos_token_ids)
 

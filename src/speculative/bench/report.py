@@ -27,6 +27,21 @@ from .datasets import CATEGORIES, CATEGORY_TITLES
 
 SCHEMA_VERSION = 1
 
+#: decode rates and decode speedups count only runs that decoded at least this many tokens after each
+#: turn's first (which prefill yields): a run that stops after a token or two has no decode rate to speak of
+MIN_DECODED_TOKENS = 8
+
+
+def decoded_tokens(row: dict) -> int:
+    """Tokens a run generated after the first of each turn (the first comes out of the prefill)."""
+    turns = len(row.get("turn_token_ids") or row.get("texts") or [None])
+    return int(row["new_tokens"]) - turns
+
+
+def decode_counts(row: dict) -> bool:
+    """Does the run enter decode rates (at least :data:`MIN_DECODED_TOKENS` decoded tokens)?"""
+    return decoded_tokens(row) >= MIN_DECODED_TOKENS
+
 
 def geometric_mean_ci(ratios, confidence: float = 0.95) -> tuple[float, float, float]:
     """Geometric mean of paired ratios with a t-interval on the log scale: (mean, low, high)."""
@@ -113,7 +128,11 @@ def aggregate(runner, done: dict) -> dict:
         tot_new = sum(r["new_tokens"] for r in rows)
         tot_wall = sum(r["wall_time_s"] for r in rows)
         tot_prefill = sum(r["prefill_time_s"] for r in rows)
+        dec_rows = [r for r in rows if decode_counts(r)]
+        dec_tokens = sum(decoded_tokens(r) for r in dec_rows)
+        dec_time = sum(r["wall_time_s"] - r["prefill_time_s"] for r in dec_rows)
         e2e, dec, by_cat = [], [], defaultdict(list)
+        dec_left_out = 0
         matches = 0
         compared = 0
         for r in rows:
@@ -126,7 +145,10 @@ def aggregate(runner, done: dict) -> dict:
             if cfg.greedy and m.kind == "ours" and not ok:
                 failures.append({"method": m.label, "question_id": r["question_id"]})
             e2e.append(b["wall_time_s"] / r["wall_time_s"])
-            dec.append((b["wall_time_s"] - b["prefill_time_s"]) / max(r["wall_time_s"] - r["prefill_time_s"], 1e-9))
+            if decode_counts(b) and decode_counts(r):
+                dec.append((b["wall_time_s"] - b["prefill_time_s"]) / max(r["wall_time_s"] - r["prefill_time_s"], 1e-9))
+            else:
+                dec_left_out += 1
             by_cat[cat_of[r["question_id"]]].append(e2e[-1])
         g, lo, hi = geometric_mean_ci(e2e)
         gd, lod, hid = geometric_mean_ci(dec)
@@ -137,7 +159,11 @@ def aggregate(runner, done: dict) -> dict:
             "questions": len(rows),
             "new_tokens": tot_new,
             "tokens_per_second": tot_new / tot_wall if tot_wall else 0.0,
-            "decode_tokens_per_second": tot_new / max(tot_wall - tot_prefill, 1e-9),
+            # decoded tokens over decode time, runs with too few decoded tokens left out
+            "decode_tokens_per_second": dec_tokens / dec_time if dec_time > 0 else float("nan"),
+            "decode_runs": len(dec_rows),
+            "decode_runs_left_out": len(rows) - len(dec_rows),
+            "decode_pairs_left_out": dec_left_out,
             "wall_time_s": tot_wall,
             "prefill_time_s": tot_prefill,
             "speedup": {"mean": g, "ci95": [lo, hi]},
@@ -148,6 +174,8 @@ def aggregate(runner, done: dict) -> dict:
             "rss_peak_mb": max(r.get("rss_peak_mb", 0.0) for r in rows),
             "load_rss_mb": runner.load_rss_mb.get(m.label),
         }
+        entry["plain"] = bool(getattr(m, "plain", m.kind == "baseline"))
+        entry.update(peer_draft_counts(rows))
         gen = getattr(m, "gen", None)
         if m.kind == "ours" and gen is not None:
             n = gen.drafter.non_embedding_parameters()
@@ -172,6 +200,11 @@ def aggregate(runner, done: dict) -> dict:
                     "other_s": max(merged.wall_time_s - merged.prefill_time_s - merged.draft_time_s - merged.verify_time_s, 0.0),
                 },
                 stats=merged.to_dict(),
+                # orchestration: wall time outside the target's and the drafter's forward passes
+                overhead={
+                    "per_step_ms": 1e3 * merged.overhead_time_s / max(merged.steps, 1),
+                    "fraction": merged.overhead_fraction,
+                },
             )
             if m.kind == "ours" and runner.cost_model is not None:
                 pred = predicted_speedup_from_stats(merged, runner.cost_model)
@@ -179,7 +212,75 @@ def aggregate(runner, done: dict) -> dict:
                     # the prediction covers decoding, so it sits beside the decode-only speedup
                     entry["predicted"] = pred
         out_methods.append(entry)
-    return {"methods": out_methods, "failures": failures}
+    fastest = against_fastest_plain(out_methods, done, qids, cat_of)
+    return {"methods": out_methods, "failures": failures, **({"fastest_plain": fastest} if fastest else {})}
+
+
+def peer_draft_counts(rows: list[dict]) -> dict:
+    """A speculative peer's own draft counts (llama-server's ``draft_n`` / ``draft_n_accepted``), summed:
+    acceptance rate, and tau = tokens per target step = n / (n - accepted) (each step yields its
+    accepted draft tokens plus one). Empty for methods that report none."""
+    ex = [r["extra"] for r in rows if isinstance(r.get("extra"), dict) and "draft_n" in r["extra"]]
+    if not ex:
+        return {}
+    drafted = sum(int(e["draft_n"]) for e in ex)
+    accepted = sum(int(e["draft_n_accepted"]) for e in ex)
+    n = sum(r["new_tokens"] for r in rows if isinstance(r.get("extra"), dict) and "draft_n" in r["extra"])
+    out = {"draft_tokens": drafted, "accepted_tokens": accepted}
+    if drafted:
+        out["acceptance_rate"] = accepted / drafted
+    if n > accepted:
+        out["mean_accepted_tokens"] = n / (n - accepted)
+    return out
+
+
+def against_fastest_plain(entries: list[dict], done: dict, qids: list[int], cat_of: dict) -> dict | None:
+    """Every method against the FASTEST plain decoding of the target measured in the run (ours,
+    llama-cpp-python, llama-server, transformers: whichever is fastest), the headline ratio.
+
+    The reference is the plain method with the highest paired geometric-mean speedup over our
+    baseline, end to end and (separately) in decoding; each method's ratio is then paired per
+    question against the reference's time (geometric mean, 95% t-interval on the log scale).
+    Adds ``vs_fastest_plain`` to each entry; returns the references, or None without plain methods.
+    """
+    plain = [e for e in entries if e.get("plain") and e["speedup"]["mean"] == e["speedup"]["mean"]]
+    if not plain:
+        return None
+    ref_e2e = max(plain, key=lambda e: e["speedup"]["mean"])
+    plain_dec = [e for e in plain if e["decode_speedup"]["mean"] == e["decode_speedup"]["mean"]] or plain
+    ref_dec = max(plain_dec, key=lambda e: e["decode_speedup"]["mean"])
+
+    def wall(r):
+        return r["wall_time_s"]
+
+    def decode(r):
+        return max(r["wall_time_s"] - r["prefill_time_s"], 1e-9)
+
+    for e in entries:
+        e2e, dec, by_cat = [], [], defaultdict(list)
+        for qid in qids:
+            r, a, b = done.get((qid, e["method"])), done.get((qid, ref_e2e["method"])), done.get((qid, ref_dec["method"]))
+            if r is None:
+                continue
+            if a is not None:
+                e2e.append(wall(a) / wall(r))
+                by_cat[cat_of[qid]].append(e2e[-1])
+            if b is not None and decode_counts(b) and decode_counts(r):
+                dec.append(decode(b) / decode(r))
+        g, lo, hi = geometric_mean_ci(e2e)
+        gd, lod, hid = geometric_mean_ci(dec)
+        e["vs_fastest_plain"] = {
+            "speedup": {"mean": g, "ci95": [lo, hi]},
+            "decode_speedup": {"mean": gd, "ci95": [lod, hid]},
+            "speedup_by_category": {c: geometric_mean_ci(v)[0] for c, v in by_cat.items()},
+        }
+    return {
+        "end_to_end": ref_e2e["method"],
+        "end_to_end_tokens_per_second": ref_e2e["tokens_per_second"],
+        "decode": ref_dec["method"],
+        "decode_tokens_per_second": ref_dec["decode_tokens_per_second"],
+        "plain_methods": [e["method"] for e in plain],
+    }
 
 
 def _chain_of(label: str) -> str:
@@ -226,6 +327,54 @@ def environment() -> dict:
     }
 
 
+def _overhead(o: dict | None) -> str:
+    """Orchestration overhead per step: milliseconds and share of the wall time."""
+    if not o:
+        return "–"
+    return f"{_fmt(o['per_step_ms'], 2)} ms ({_fmt(o['fraction'] * 100, 1)}%)"
+
+
+def _headline(results: dict) -> list[str]:
+    """The headline table: every method against the fastest plain decoding measured in the run."""
+    ref = results.get("fastest_plain")
+    if not ref:
+        return []
+    lines = [
+        "## Against the fastest plain decoding of the target in this run",
+        "",
+        f"Fastest plain decoding: end to end **{ref['end_to_end']}** ({_fmt(ref['end_to_end_tokens_per_second'], 1)} tok/s), "
+        f"decoding **{ref['decode']}** ({_fmt(ref['decode_tokens_per_second'], 1)} tok/s); "
+        f"plain decoders measured: {', '.join(ref['plain_methods'])}.",
+        "",
+        "| method | tok/s e2e | speedup e2e (95% CI) | tok/s decode | decode speedup (95% CI) | acceptance | τ | greedy match |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in results["methods"]:
+        v = m.get("vs_fastest_plain")
+        if not v:
+            continue
+        s, d = v["speedup"], v["decode_speedup"]
+        gm = m.get("greedy_match_fraction")
+        acc = m.get("acceptance_rate")
+        lines.append(
+            f"| {m['method']} | {_fmt(m['tokens_per_second'], 1)} | "
+            f"{_fmt(s['mean'])}x ({_fmt(s['ci95'][0])}–{_fmt(s['ci95'][1])}) | "
+            f"{_fmt(m['decode_tokens_per_second'], 1)} | {_fmt(d['mean'])}x ({_fmt(d['ci95'][0])}–{_fmt(d['ci95'][1])}) | "
+            f"{_fmt(acc * 100, 1) + '%' if acc is not None else '–'} | {_fmt(m.get('mean_accepted_tokens', float('nan')))} | "
+            f"{_fmt(gm * 100, 0) + '%' if gm is not None else '–'} |"
+        )
+    return lines + [""]
+
+
+def _decode_note(methods: list[dict]) -> str:
+    """Which runs the decode columns leave out (too few decoded tokens for a rate)."""
+    out = [f"{m['method']} {m['decode_pairs_left_out']} of {m['questions']}" for m in methods
+           if m.get("decode_pairs_left_out")]
+    note = (f"Decode rates and decode speedups count only runs that decoded at least {MIN_DECODED_TOKENS} tokens "
+            "after each turn's first (a question enters a decode speedup when both runs did); ")
+    return note + ("questions left out: " + ", ".join(out) + "." if out else "none was left out.")
+
+
 def markdown(results: dict) -> str:
     cfg = results["config"]
     env = results["environment"]
@@ -240,7 +389,8 @@ def markdown(results: dict) -> str:
         + (f"k swept over {', '.join(map(str, cfg['sweep_k']))}" if cfg.get("sweep_k") else f"k = {cfg['k']}")
         + f", draft policy {cfg['draft_policy']}.",
         "",
-        "## Speedup over plain decoding (end-to-end, prefill included), Spec-Bench form",
+        *_headline(results),
+        "## Speedup over our plain decoding (the baseline; end-to-end, prefill included), Spec-Bench form",
         "",
         "| method | " + " | ".join(CATEGORY_TITLES.get(c, c) for c in cats) + " | #MAT | overall (95% CI) |",
         "|---|" + "---|" * len(cats) + "---|---|",
@@ -257,8 +407,8 @@ def markdown(results: dict) -> str:
         "",
         "## Per method",
         "",
-        "| method | tok/s e2e | tok/s decode | decode speedup (95% CI) | predicted | acceptance | τ | prefill / draft / verify / other (s) | greedy match | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | tok/s e2e | tok/s decode | decode speedup (95% CI) | predicted | acceptance | τ | prefill / draft / verify / other (s) | overhead per step | greedy match | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in results["methods"]:
         d = m["decode_speedup"]
@@ -272,8 +422,10 @@ def markdown(results: dict) -> str:
             f"{_fmt(pred) + 'x' if pred else '–'} | "
             f"{_fmt(m['acceptance_rate'] * 100, 1) + '%' if 'acceptance_rate' in m else '–'} | "
             f"{_fmt(m.get('mean_accepted_tokens', float('nan')))} | {split} | "
+            f"{_overhead(m.get('overhead'))} | "
             f"{_fmt(gm * 100, 0) + '%' if gm is not None else '–'} | {_fmt(m['rss_peak_mb'], 0)} |"
         )
+    lines += ["", _decode_note(results["methods"])]
     pos = [m for m in results["methods"] if m.get("per_position_acceptance") and m["kind"] == "ours"]
     if pos:
         width = max(len(m["per_position_acceptance"]) for m in pos)

@@ -53,9 +53,19 @@ class BenchConfig:
     device: str | None = None
     dtype: str | None = None
     chat: bool | None = None
+    peer_draft: str | None = None  # draft GGUF of the llama-server-spec peers (default: the first model: drafter)
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
+
+    def identity(self) -> dict:
+        """The settings that define the run; fields added later are left out at their defaults,
+        so that earlier runs keep their folder name and still resume."""
+        d = asdict(self)
+        for name, default in _LATE_FIELDS.items():
+            if d.get(name) == default:
+                d.pop(name, None)
+        return d
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(
@@ -68,6 +78,10 @@ class BenchConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+#: BenchConfig fields added after runs were recorded, with the value that means "as before"
+_LATE_FIELDS = {"peer_draft": None}
 
 
 def default_output_dir(cfg: BenchConfig) -> Path:
@@ -117,6 +131,7 @@ class BenchRunner:
         self.load_rss_mb: dict[str, float] = {}
         self.target = None
         self.cost_model = None
+        self._llama_server = None
 
     # ---- output folder and resume --------------------------------------------------
 
@@ -130,7 +145,7 @@ class BenchRunner:
                     p.unlink()
         if cfg_path.exists():
             old = json.loads(cfg_path.read_text())
-            if old.get("config") != asdict(self.cfg):
+            if {**_LATE_FIELDS, **old.get("config", {})} != asdict(self.cfg):
                 raise ConfigError(
                     f"{self.output} holds a bench run with other settings; pass --fresh to restart it "
                     f"or --output for a new folder"
@@ -226,6 +241,8 @@ class BenchRunner:
                 if src.kind != "gguf":
                     raise ConfigError(f"peer {name} needs a GGUF target")
                 m = LlamaCppPythonPeer(src.location, target, chat, name.endswith("lookup"), c.n_ctx, target_threads(target, c))
+            elif name.startswith("llama-server"):
+                m = self._llama_server_peer(name, chat)
             elif name.startswith("transformers"):
                 if hf is None:
                     hf = target if c.backend == "transformers" else _load_hf(c)
@@ -244,9 +261,34 @@ class BenchRunner:
             else:
                 raise ConfigError(f"unknown peer '{name}': choose from {', '.join(_peer_names())}")
             self.methods.append(m)
-            self.load_rss_mb[m.label] = (proc.memory_info().rss - rss0) / 2**20
+            self.load_rss_mb[m.label] = getattr(m, "load_rss_mb", None) or (proc.memory_info().rss - rss0) / 2**20
         if c.endpoint:
             self.methods.append(EndpointPeer(c.endpoint, target, chat))
+
+    def _llama_server_peer(self, name: str, chat: bool):
+        """A llama-server variant on the same GGUF files (built on first use; see :mod:`.llama_server`)."""
+        from ..models import resolve
+        from .llama_server import VARIANTS, LlamaServerPeer, llama_server_binary
+
+        c = self.cfg
+        if name not in VARIANTS:
+            raise ConfigError(f"unknown peer '{name}': choose from {', '.join(_peer_names())}")
+        src = resolve(c.target)
+        if src.kind != "gguf":
+            raise ConfigError(f"peer {name} needs a GGUF target")
+        draft = None
+        if VARIANTS[name] is not None:
+            spec = c.peer_draft or peer_draft_default(c.drafters)
+            if spec is None:
+                raise ConfigError(f"peer {name} needs a draft model: --peer-draft MODEL, or a --drafter model:NAME")
+            dsrc = resolve(spec)
+            if dsrc.kind != "gguf":
+                raise ConfigError(f"peer {name} needs a GGUF draft model, got {spec}")
+            draft = dsrc.location
+        if self._llama_server is None:
+            self._llama_server = llama_server_binary(progress=self.progress)
+        return LlamaServerPeer(name, self._llama_server, src.location, self.target, chat, c.n_ctx,
+                               target_threads(self.target, c), self.output, draft=draft)
 
     # ---- the run -------------------------------------------------------------------------
 
@@ -299,7 +341,9 @@ class BenchRunner:
             "wall_time_s": rec.wall_time_s,
             "prefill_time_s": rec.prefill_time_s,
             "stats": rec.stats.to_dict() if rec.stats is not None else None,
-            "rss_peak_mb": rss_mb,
+            # a server peer reports its own process's peak
+            "rss_peak_mb": rec.extra.get("rss_peak_mb", rss_mb),
+            **({"extra": rec.extra} if rec.extra else {}),
         }
 
     def close(self) -> None:
@@ -316,6 +360,17 @@ def target_threads(target, cfg: BenchConfig) -> int:
     from ..backends.llama_cpp import default_threads
 
     return cfg.threads or getattr(target, "n_threads", None) or default_threads()
+
+
+def peer_draft_default(drafters: list[str]) -> str | None:
+    """The model of the first ``model:NAME`` drafter (the llama-server-spec peers' draft model), or None."""
+    from ..drafters import parse_drafter_spec
+
+    for spec in drafters:
+        d = parse_drafter_spec(spec)
+        if d.kind == "model" and d.name:
+            return d.name
+    return None
 
 
 def _load_hf(c: BenchConfig):

@@ -162,7 +162,32 @@ def _model(spec, target, ctx) -> Drafter:
         device=ctx.device,
         dtype=ctx.dtype,
     )
-    return DraftModelDrafter(draft)
+    try:
+        return _draft_model_drafter(spec, target, draft)
+    except BaseException:
+        draft.close()
+        raise
+
+
+def _draft_model_drafter(spec, target, draft) -> Drafter:
+    """Same vocabulary: a plain draft model; another tokenizer: the cross-vocabulary bridge."""
+    from ..errors import VocabularyMismatchError
+    from .cross_vocab import VOCAB_MODES, CrossVocabDrafter
+    from .token_bridge import compare_vocabularies
+
+    mode = spec.options.get("vocab", "auto")
+    if mode not in VOCAB_MODES:
+        raise ConfigError(f"drafter option vocab={mode} must be one of {', '.join(VOCAB_MODES)}")
+    if mode in ("auto", "same"):
+        cmp = compare_vocabularies(target, draft)
+        if cmp.same:
+            return DraftModelDrafter(draft)
+        if mode == "same":
+            raise VocabularyMismatchError(
+                f"vocab=same, but draft model {draft.model_id} has another tokenizer than target "
+                f"{target.model_id}: {cmp.reason}; leave vocab= out (auto) or use vocab=text or vocab=intersect"
+            )
+    return CrossVocabDrafter(draft, mode)
 
 
 def trained_drafter_dir(name: str) -> Path:
@@ -242,9 +267,11 @@ register_drafter(
             "ctx": "draft model context size (default: the target's)",
             "threads": "CPU threads of the draft model",
             "backend": "backend of the draft model (default: the target's)",
+            "vocab": "auto (default: the same ids if the tokenizers match, else text bridge under greedy and "
+            "token intersection under sampling), same, text or intersect",
         },
         True,
-        "a draft model with the target's vocabulary (registered name, GGUF path or HF id)",
+        "a draft model (registered name, GGUF path or HF id); another tokenizer is bridged",
     )
 )
 

@@ -46,6 +46,9 @@ class DraftProposal:
     probs: np.ndarray | None = None
     confidence: list[float] | None = None
     parents: list[int] | None = None
+    #: seconds of this proposal spent bringing the drafter up to the context (a draft model's
+    #: lazy prompt prefill), not drafting: left out of the per-token draft cost estimate
+    catchup_s: float = 0.0
 
 
 @dataclass
@@ -155,6 +158,10 @@ class Drafter(abc.ABC):
     #: None: the target's final hidden states; else the layers whose hidden states (concatenated)
     #: the drafter reads (see ``ForwardRequest.hidden_layers``)
     hidden_layers: tuple[int, ...] | None = None
+    #: True for drafters whose :meth:`propose` takes ``guide=``, a
+    #: :class:`~speculative.constraints.DraftGuide` of the request's output constraint, and then
+    #: proposes only allowed tokens (reporting as ``probs`` the masked distribution it sampled from)
+    steerable: bool = False
 
     def __init__(self) -> None:
         self.target: Backend | None = None
@@ -167,6 +174,18 @@ class Drafter(abc.ABC):
         """The drafter's own parameters outside token embeddings and output head (None: no model)."""
         return None
 
+    def draft_cost_estimate(self) -> float | None:
+        """Seconds per draft token before any drafting, measured on this machine (None: unknown).
+
+        The adaptive policy starts from it (a draft model that costs half a target step is
+        seen before it drafts at all) and refines it online from the proposals' timings.
+        """
+        return None
+
+    def model_time_s(self) -> float:
+        """Seconds the drafter's own models have spent in forward passes so far (0 without a model)."""
+        return 0.0
+
     def bind(self, target: Backend) -> None:
         """Attach to the target once, checking compatibility (vocabulary, ...).
 
@@ -178,6 +197,11 @@ class Drafter(abc.ABC):
     def start(self, prompt: Sequence[int]) -> DraftState:
         """New request with ``prompt`` token ids. May pre-compute (counted as prefill time)."""
         return DraftState(prompt_len=len(prompt))
+
+    def start_request(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> DraftState:
+        """:meth:`start`, told the chat ``messages`` the prompt was rendered from (None: a raw prompt or
+        ids). A drafter with another tokenizer renders them with its own chat template."""
+        return self.start(prompt)
 
     @abc.abstractmethod
     def propose(
@@ -194,6 +218,9 @@ class Drafter(abc.ABC):
         ``min_confidence``: a drafter that pays per draft token may stop once the
         cumulative confidence of its draft falls below this value (the adaptive
         policy would not verify further tokens).
+
+        Steerable drafters (``steerable = True``) also get ``guide=`` under an output
+        constraint (see :class:`~speculative.constraints.DraftGuide`).
         """
 
     def observe_hidden(self, state: DraftState, start: int, hidden: np.ndarray) -> None:

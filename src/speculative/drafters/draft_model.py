@@ -14,6 +14,7 @@ output stays lossless.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..backends.base import Backend, ForwardRequest
 from ..errors import VocabularyMismatchError
-from ..cost_model import AcceptanceCalibration
+from ..cost_model import AcceptanceCalibration, cached_verify_cost
 from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
 
 
@@ -84,10 +85,12 @@ class DraftModelDrafter(Drafter):
     """
 
     kind = "model"
+    steerable = True
 
     def __init__(self, model: Backend):
         super().__init__()
         self.model = model
+        self._cost_estimate: float | None = None
 
     @property
     def description(self) -> str:
@@ -96,22 +99,27 @@ class DraftModelDrafter(Drafter):
     def non_embedding_parameters(self) -> int:
         return self.model.non_embedding_parameters()
 
+    def draft_cost_estimate(self) -> float | None:
+        """The draft model's own T(1), measured once per machine and cached (:func:`cached_verify_cost`)."""
+        if self._cost_estimate is None:
+            self._cost_estimate = cached_verify_cost(self.model).time(1)
+        return self._cost_estimate
+
+    def model_time_s(self) -> float:
+        return self.model.forward_time_s
+
     def bind(self, target: Backend) -> None:
         check_same_vocabulary(target, self.model)
         super().bind(target)
 
     def start(self, prompt: Sequence[int]) -> DraftModelState:
-        st = DraftModelState(
+        # the prompt is prefilled lazily, by the first proposal: a request whose drafts would
+        # not pay (the adaptive policy decides per step) never pays the draft model's prefill
+        return DraftModelState(
             prompt_len=len(prompt),
             seq_id=self.model.allocate_sequence(prompt),
             scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)),
         )
-        # prefill the prompt now, but its last token, which the first proposal feeds
-        window = self._window(st, prompt, 1)
-        kept = self.model.reuse_prefix(st.seq_id, window, keep_last=1)
-        if len(window) - 1 > kept:
-            self.model.forward([ForwardRequest(st.seq_id, window[kept:-1], logits="none")])
-        return st
 
     def _window(self, st: DraftModelState, context: Sequence[int], max_tokens: int) -> Sequence[int]:
         n_ctx = self.model.n_ctx
@@ -119,11 +127,15 @@ class DraftModelDrafter(Drafter):
             st.offset = max(0, len(context) - n_ctx // 2)
         return context[st.offset :]
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
         """Draft autoregressively until ``max_tokens`` or until the cumulative confidence falls below
         ``min_confidence``. When even the first token keeps falling short, drafting backs off
         exponentially (skips 1, 2, 4, ... up to 16 steps between probes), so a poorly matched
-        draft model costs little."""
+        draft model costs little.
+
+        With ``guide`` (an output constraint) the draft model's logits are masked to the allowed
+        tokens before sampling, so the reported q is the masked distribution it sampled from;
+        drafting stops after a token that completes the grammar."""
         m = self.model
         state.scorer.score(context)
         if state.backoff.skipping():
@@ -134,6 +146,12 @@ class DraftModelDrafter(Drafter):
         seq = state.seq_id
         kept = m.reuse_prefix(seq, window, keep_last=1)
         pending = list(window[kept:])
+        catchup_s = 0.0
+        if len(pending) > 1:  # catch up: the prompt (lazy prefill), or accepted tokens after a pause
+            t0 = time.perf_counter()
+            m.forward([ForwardRequest(seq, pending[:-1], logits="none")])
+            pending = pending[-1:]
+            catchup_s = time.perf_counter() - t0
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         conf: list[float] = []
@@ -144,6 +162,8 @@ class DraftModelDrafter(Drafter):
             row = logits[-1]
             if sampler.uses_history:
                 row = sampler.adjust(logits[-1:], list(context) + tokens, ())[0]
+            if guide is not None:
+                row = np.where(guide.mask(), row, np.float32(-np.inf)).astype(np.float32, copy=False)
             tok, q = sampler.sample(row, rng)
             raw = float(q[tok]) if q is not None else _top_probability(row)
             b = _bucket(raw, i)
@@ -157,10 +177,13 @@ class DraftModelDrafter(Drafter):
             cum *= c
             if cum < min_confidence:
                 break  # further tokens would not be verified
+            if guide is not None and (not guide.push(tok) or guide.stopped):
+                break  # the draft completes the grammar: nothing may follow
         state.backoff.update(conf[0] if conf else None, min_confidence)
         # the last draft token is not fed: if all are accepted, the next proposal feeds it
         state.scorer.record(len(context), tokens, buckets)
-        return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf)
+        return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf,
+                             catchup_s=catchup_s)
 
     def finish(self, state: DraftState) -> None:
         self.model.release_sequence(state.seq_id)

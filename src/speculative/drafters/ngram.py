@@ -73,6 +73,7 @@ class NgramDrafter(Drafter):
     """
 
     kind = "ngram"
+    steerable = True
     _MAX_OCCURRENCES = 8
 
     def __init__(self, min_n: int = 1, max_n: int = 4, tree: int = 0):
@@ -124,24 +125,48 @@ class NgramDrafter(Drafter):
                     del occ[0]
         st.indexed_upto = max(st.indexed_upto, len(toks) - 1)
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
+        """The continuation of the longest matching n-gram's most recent occurrence.
+
+        With ``guide`` (an output constraint), each continuation is cut at its first forbidden
+        token, and the occurrence whose allowed continuation is longest is proposed (the most
+        recent among equals); n-grams with no allowed continuation are skipped. The proposal
+        still depends on the context only (q stays one-hot), so verification is unchanged.
+        """
         self._sync(state, context)
         state.scorer.score(state.tokens)
         toks = state.tokens
         L = len(toks)
         for n in range(min(self.max_n, L), self.min_n - 1, -1):
             occ = state.index[n].get(tuple(toks[L - n :]))
+            if occ and guide is not None:
+                occ = self._allowed_occurrences(occ, toks, max_tokens, guide)  # empty: try a shorter n-gram
             if occ:
                 e = occ[-1]
                 prop = toks[e + 1 : e + 1 + max_tokens]
+                if guide is not None:
+                    prop = prop[: guide.valid_prefix(prop)]
                 buckets = [(n, min(i, _MAX_POS_BUCKET)) for i in range(len(prop))]
                 state.scorer.record(L, prop, buckets)  # the spine is what gets calibrated
                 cal = state.scorer.calibration
                 if not self.tree:
                     return DraftProposal(tokens=prop, confidence=[cal.estimate(b) for b in buckets])
                 conts = [toks[x + 1 : x + 1 + max_tokens] for x in reversed(occ)][: self.tree]
+                if guide is not None:
+                    conts = [c[: guide.valid_prefix(c)] for c in conts]
                 return self._trie(conts, n, cal)
         return DraftProposal()
+
+    @staticmethod
+    def _allowed_occurrences(occ: list[int], toks: list[int], max_tokens: int, guide) -> list[int]:
+        """Occurrences (oldest first) whose continuation starts with an allowed token, reordered so
+        that the one with the longest allowed continuation (the most recent among equals) is last."""
+        allowed = [(guide.valid_prefix(toks[x + 1 : x + 1 + max_tokens]), x) for x in occ]
+        allowed = [(v, x) for v, x in allowed if v > 0]
+        if not allowed:
+            return []
+        best = max(range(len(allowed)), key=lambda i: (allowed[i][0], i))
+        return [x for i, (_, x) in enumerate(allowed) if i != best] + [allowed[best][1]]
 
     @staticmethod
     def _trie(conts: list[list[int]], n: int, cal) -> DraftProposal:

@@ -39,16 +39,32 @@ class ServerState:
         self.scheduler.shutdown()
 
 
+_UNION_TAGS = ("str", "int", "float", "bool")
+
+
+def _loc(e: dict) -> list[str]:
+    """An error's location in the body, without pydantic's tags for union members (``list[int]``)."""
+    tag = lambda x: isinstance(x, str) and ("[" in x or x in _UNION_TAGS)  # noqa: E731
+    return [str(x) for x in e.get("loc", ()) if x != "body" and not tag(x)]
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errs = exc.errors()
     if not errs:
         return "invalid request", None
-    e = errs[0]
-    loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-    param = ".".join(loc) or None
-    msg = e.get("msg", "invalid value")
-    if e.get("type") == "json_invalid":
+    if any(e.get("type") == "json_invalid" for e in errs):
         return "the request body is not valid JSON", None
+    # the most telling error: a refused value over a wrong type (union members each fail), then the deepest
+    e = min(errs, key=lambda e: (str(e.get("type", "")).endswith("_type"), -len(e.get("loc", ()))))
+    loc = _loc(e)
+    param = ".".join(loc) or None
+    kind = e.get("type")
+    msg = e.get("msg", "invalid value")
+    if kind == "extra_forbidden":
+        return (f"unsupported field '{param}': this server does not know it, and ignoring it could change "
+                "the result"), param
+    if kind == "finite_number":
+        msg = "must be a finite number"
     return (f"{param}: {msg}" if param else msg), param
 
 
@@ -107,22 +123,25 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, "the prompt is empty", param="prompt")
         room = target.n_ctx - n_prompt
         if room < 1:
-            raise APIError(400, f"the prompt has {n_prompt} tokens; this model's context is {target.n_ctx}",
-                           param="prompt", code="context_length_exceeded")
+            raise APIError(400, f"the prompt has {n_prompt} tokens; this model's context window is {target.n_ctx} "
+                           "tokens and must leave room for at least one new token", param="prompt",
+                           code="context_length_exceeded")
         if max_tokens is None:
             return room
         if max_tokens < 1:
             raise APIError(400, f"{param} must be >= 1, got {max_tokens}", param=param)
-        if max_tokens > room:
-            raise APIError(400, f"{param} = {max_tokens} plus the prompt's {n_prompt} tokens exceeds the context of "
-                           f"{target.n_ctx} tokens", param=param, code="context_length_exceeded")
-        return max_tokens
+        # a prompt that fits generates until max_tokens or the window is full (finish_reason "length")
+        return min(max_tokens, room)
+
+    def _check_min_tokens(body, max_tokens: int | None) -> None:
+        if max_tokens is not None and body.min_tokens > max_tokens:
+            raise APIError(400, f"min_tokens ({body.min_tokens}) must not exceed max_tokens ({max_tokens})",
+                           param="min_tokens")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         _check_model(body.model)
-        if body.echo:
-            raise APIError(400, "echo is not supported", param="echo")
+        _check_min_tokens(body, body.max_tokens)
         if isinstance(body.prompt, str):
             if not body.prompt:
                 raise APIError(400, "the prompt is empty", param="prompt")
@@ -140,23 +159,26 @@ def create_app(state: ServerState) -> FastAPI:
         _check_model(body.model)
         if target.chat_template is None:
             raise APIError(400, f"{state.model_name} has no chat template; use /v1/completions", param="messages")
-        msgs = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in body.messages]
+        msgs = [{"role": m.role if m.role != "developer" else "system", "content": m.text(),
+                 **{k: v for k, v in (("name", m.name), ("tool_call_id", m.tool_call_id)) if v is not None}}
+                for m in body.messages]
         try:
             ids = target.apply_chat_template(msgs)
         except Exception as e:  # template errors (e.g. unsupported role order) are the request's fault
             raise APIError(400, f"the chat template rejected the messages: {e}", param="messages") from None
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        _check_min_tokens(body, max_tokens)
         max_new = _budget(len(ids), max_tokens, "max_tokens")
         lp = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         cfg = body.generation_config(state.gen.config, max_new, lp)
-        return await _serve(request, body, ids, cfg, chat=True)
+        return await _serve(request, body, ids, cfg, chat=True, messages=msgs)
 
-    async def _serve(request: Request, body, ids, cfg, chat: bool):
+    async def _serve(request: Request, body, ids, cfg, chat: bool, messages: list[dict] | None = None):
         if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= target.vocab_size:
             raise APIError(400, f"logit_bias token ids must be < {target.vocab_size}", param="logit_bias")
-        req = DecodeRequest(state.gen, ids, cfg)
+        req = DecodeRequest(state.gen, ids, cfg, messages=messages)
         bridge = _Bridge(asyncio.get_running_loop(), req)
         job = state.scheduler.submit(Job(req, bridge.on_event))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]

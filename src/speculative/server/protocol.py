@@ -1,18 +1,28 @@
 """OpenAI-compatible request bodies (the subset we serve) and their translation to a GenerationConfig.
 
 Field names, types and defaults follow OpenAI's API reference; vLLM-style
-extensions (``top_k``, ``min_p``, ``repetition_penalty``) and ours
-(``num_speculative_tokens``, ``speculative``, ``draft_policy``) are optional.
-Unknown fields are ignored, as OpenAI-compatible servers do.
+extensions (``top_k``, ``min_p``, ``min_tokens``, ``repetition_penalty``) and
+ours (``num_speculative_tokens``, ``speculative``, ``draft_policy``) are optional.
+
+Every field is either honoured, accepted and ignored because it cannot change
+the result here (``user``, ``metadata``, ``store``, ...: see :class:`_Common`),
+or refused with a 400 naming it: an unknown key, ``tools``, ``n`` or
+``best_of`` other than 1, ``echo``, ``suffix``.
+Types are strict (JSON types as OpenAI documents them: no bool -> int, str -> bool
+or str -> number coercion), numbers must be finite, and strings valid Unicode
+(no lone surrogates, which have no UTF-8 form).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AllowInfNan, BaseModel, ConfigDict, Field, Strict
+from pydantic_core import PydanticCustomError
 
 from ..config import GenerationConfig, SamplingParams
+from ..constraints import ConstraintSpec
+from ..errors import ConfigError
 
 
 class APIError(Exception):
@@ -31,32 +41,127 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+class JSONSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the output must be valid under (always enforced,
+    whatever ``strict`` says)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str | None = Field(default=None, max_length=64)
+    description: str | None = None
+    schema_: dict = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: ``{"type": "text"}``, ``{"type": "json_object"}`` or
+    ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    def constraint(self) -> ConstraintSpec | None:
+        """The output constraint; raises APIError (400) for a missing or invalid schema."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return ConstraintSpec.json_object()
+        if self.json_schema is None:
+            raise APIError(400, "response_format of type json_schema needs a json_schema object",
+                           param="response_format")
+        try:
+            return ConstraintSpec.json_schema(self.json_schema.schema_).validate()
+        except ConfigError as e:
+            raise APIError(400, f"response_format: {e}", param="response_format") from None
+
+
+def _unicode(s: str) -> str:
+    """``s`` if it has a UTF-8 form (no lone surrogate, which JSON's \\uD800 escapes can produce)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise PydanticCustomError(
+            "unicode", "not valid Unicode text: lone surrogate {char} at index {index}",
+            {"char": f"\\u{ord(s[e.start]):04x}", "index": e.start},
+        ) from None
+    return s
+
+
+def _refuse(allowed, why: str):
+    """A validator refusing every value but the ``allowed(value)`` ones (400 naming the field)."""
+
+    def check(v):
+        if not allowed(v):
+            raise PydanticCustomError("unsupported", why)
+        return v
+
+    return AfterValidator(check)
+
+
+def unicode_text(s: str, param: str) -> str:
+    """``s``, or an APIError (400) when it has a lone surrogate."""
+    try:
+        return _unicode(s)
+    except PydanticCustomError as e:
+        raise APIError(400, f"{param}: {e.message()}", param=param) from None
+
+
+#: strict JSON types: an integer field takes only integers, a boolean only true/false
+SInt = Annotated[int, Strict()]
+SBool = Annotated[bool, Strict()]
+#: a JSON number (integers too), finite: NaN and infinities are refused
+SFloat = Annotated[float, Strict(), AllowInfNan(False)]
+#: a JSON string that is valid Unicode
+SStr = Annotated[str, Strict(), AfterValidator(_unicode)]
+
+_NO_TOOLS = ("tools are not supported: this server neither renders tool definitions nor parses tool calls "
+             "(describe the tools in the messages instead)")
+
+
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: SBool = False
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, description="most tokens to generate")
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0, description="0 disables (extension)")
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-    stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=1, description="only 1 is supported")
-    stream: bool = False
+    model: SStr | None = None
+    max_tokens: SInt | None = Field(default=None, description="most tokens to generate")
+    min_tokens: SInt = Field(default=0, ge=0, description="no EOS or stop string before this many tokens (vLLM)")
+    temperature: SFloat = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: SFloat = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: SInt = Field(default=0, ge=0, description="0 disables (extension)")
+    min_p: SFloat = Field(default=0.0, ge=0.0, le=1.0)
+    seed: SInt | None = Field(default=None, ge=0, le=2**63 - 1)
+    stop: SStr | list[SStr] | None = None
+    n: Annotated[SInt, _refuse(lambda v: v == 1, "only n = 1 is supported")] = 1
+    stream: SBool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-    num_speculative_tokens: int | None = Field(default=None, ge=1, le=64, description="k for this request")
-    speculative: bool = Field(default=True, description="false decodes this request without drafting")
+    presence_penalty: SFloat = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: SFloat = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: SFloat = Field(default=1.0, gt=0.0, le=10.0)
+    logit_bias: dict[str, SFloat] | None = None
+    num_speculative_tokens: SInt | None = Field(default=None, ge=1, le=64, description="k for this request")
+    speculative: SBool = Field(default=True, description="false decodes this request without drafting")
     draft_policy: Literal["adaptive", "fixed"] | None = None
+    # accepted and ignored: they cannot change the result here
+    user: SStr | None = None
+    metadata: dict[str, Any] | None = None
+    store: SBool | None = None
+    service_tier: SStr | None = None
+    prompt_cache_key: SStr | None = None
+    safety_identifier: SStr | None = None
+    parallel_tool_calls: SBool | None = None  # only means something with tools, which are refused
+    # refused unless they say "nothing"
+    tools: Annotated[Any, _refuse(lambda v: v is None or v == [], _NO_TOOLS)] = None
+    tool_choice: Annotated[Any, _refuse(lambda v: v is None or v == "none", _NO_TOOLS)] = None
+    functions: Annotated[Any, _refuse(lambda v: v is None or v == [], _NO_TOOLS)] = None
+    function_call: Annotated[Any, _refuse(lambda v: v is None or v == "none", _NO_TOOLS)] = None
+    response_format: ResponseFormat | None = None
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -95,23 +200,38 @@ class _Common(BaseModel):
             speculative=self.speculative,
             stop=self.stops(),
             logprobs=logprobs,
+            min_tokens=min(self.min_tokens, max_new_tokens),  # the window may end the output sooner
+            constraint=self.response_format.constraint() if self.response_format is not None else None,
         ).validate()
 
 
 class CompletionRequest(_Common):
     """``POST /v1/completions``: ``prompt`` is a string or a list of token ids."""
 
-    prompt: str | list[int]
-    max_tokens: int | None = Field(default=16)
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    echo: bool = False
+    prompt: SStr | list[SInt]
+    max_tokens: SInt | None = Field(default=16)
+    logprobs: SInt | None = Field(default=None, ge=0, le=5)
+    echo: Annotated[SBool, _refuse(lambda v: not v, "echo is not supported")] = False
+    best_of: Annotated[SInt | None, _refuse(lambda v: v in (None, 1), "only best_of = 1 is supported")] = None
+    suffix: Annotated[SStr | None, _refuse(lambda v: not v, "suffix (insertion) is not supported")] = None
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """One message; ``name`` and ``tool_call_id`` go to the chat template as they are (it renders them
+    or not). What an earlier assistant answer carries back with nothing in it (``tool_calls: null``,
+    ``refusal: null``, ...) is accepted; tool calls themselves are refused like ``tools``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict] | None = None
+    content: SStr | list[dict] | None = None
+    name: SStr | None = None
+    tool_call_id: SStr | None = None
+    tool_calls: Annotated[Any, _refuse(lambda v: not v, _NO_TOOLS)] = None
+    function_call: Annotated[Any, _refuse(lambda v: not v, _NO_TOOLS)] = None
+    refusal: SStr | None = None
+    audio: Annotated[Any, _refuse(lambda v: not v, "audio is not supported")] = None
+    annotations: Annotated[Any, _refuse(lambda v: not v, "message annotations are not supported")] = None
 
     def text(self) -> str:
         if self.content is None:
@@ -122,7 +242,7 @@ class ChatMessage(BaseModel):
         for p in self.content:
             if p.get("type") != "text" or not isinstance(p.get("text"), str):
                 raise APIError(400, "only text content parts are supported", param="messages")
-            parts.append(p["text"])
+            parts.append(unicode_text(p["text"], "messages"))
         return "".join(parts)
 
 
@@ -130,6 +250,6 @@ class ChatCompletionRequest(_Common):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    max_completion_tokens: int | None = None
+    logprobs: SBool = False
+    top_logprobs: SInt | None = Field(default=None, ge=0, le=20)
+    max_completion_tokens: SInt | None = None

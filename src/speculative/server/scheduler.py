@@ -203,8 +203,9 @@ class Scheduler:
             if p.parents is not None:
                 lengths[i] = r.choose_nodes(p)  # trees are sized per request
                 continue
-            if r.cost is None or p.confidence is None:
-                lengths[i] = len(p.tokens)  # fixed policy: verify everything proposed
+            if r.cost is None or p.confidence is None or p.probs is not None:
+                # fixed policy, or a sampled draft (verified whole: see DecodeRequest.choose_length)
+                lengths[i] = len(p.tokens)
                 continue
             cum[i] = max(0.0, min(1.0, p.confidence[0]))
             heapq.heappush(heap, (-cum[i], i))
