@@ -25,7 +25,9 @@ VERSION=$(sed -n 's/^LLAMA_CPP_VERSION=//p' scripts/setup.sh)
 [ -n "$VERSION" ] || { say "cannot read LLAMA_CPP_VERSION from scripts/setup.sh"; exit 2; }
 cpu_key=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -a) | sha256sum | cut -c1-12)
 ROOT="${SPECULATIVE_LLAMA_TOOLS_CACHE:-${SPECULATIVE_CACHE_DIR:-$HOME/.cache/speculative}/llama-tools}"
-DEST="$ROOT/$VERSION-$(uname -m)-$cpu_key"
+amx_tag=""
+if [ "${SPECULATIVE_LLAMA_AMX:-0}" != 1 ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then amx_tag="-noamx"; fi
+DEST="$ROOT/$VERSION-$(uname -m)-$cpu_key$amx_tag"
 TOOLS="llama-server llama-bench"
 
 complete() {
@@ -56,32 +58,14 @@ say "extracting vendor/llama.cpp"
 tar -xzf "$SDIST" -C "$WORK" --wildcards '*/vendor/llama.cpp/*'
 SRC=$(ls -d "$WORK"/llama_cpp_python-*/vendor/llama.cpp)
 
-# A CPU may advertise AMX that its (virtual) machine does not let programs use: the tile
-# instructions then fault (SIGILL) and llama.cpp's AMX kernels, which -march=native enables,
-# crash the server. Probe once; without working AMX, build without it (all else stays default).
+# llama.cpp's AMX kernels, which -march=native turns on where the CPU advertises AMX, fault with
+# SIGILL on some virtual machines although a probe of the tile instructions passes there (seen on
+# this project's CI machines): build without them, as scripts/setup.sh does; SPECULATIVE_LLAMA_AMX=1
+# keeps them.
 EXTRA_FLAGS=""
-if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
-    cat >"$WORK/amx.c" <<'CEOF'
-#include <immintrin.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-int main(void) {
-    struct { unsigned char palette, start; unsigned char pad[14]; unsigned short colsb[16]; unsigned char rows[16]; }
-        __attribute__((aligned(64))) cfg;
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */)) return 1;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1; cfg.colsb[0] = 64; cfg.rows[0] = 16;
-    _tile_loadconfig(&cfg);
-    _tile_zero(0);
-    _tile_release();
-    return 0;
-}
-CEOF
-    if ! { cc -O1 -mamx-tile "$WORK/amx.c" -o "$WORK/amx" 2>/dev/null && ( "$WORK/amx" ) 2>/dev/null; }; then
-        say "this CPU advertises AMX but its instructions fault here: building without AMX"
-        EXTRA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-    fi
+if [ "${SPECULATIVE_LLAMA_AMX:-0}" != 1 ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    say "building without llama.cpp's AMX kernels (SPECULATIVE_LLAMA_AMX=1 keeps them)"
+    EXTRA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
 
 GEN=()

@@ -54,15 +54,28 @@ BIMM_KEY=$(sha256sum "$BIMM_PATCH" | cut -c1-12)
 BIMM_SRC="${SPECULATIVE_CACHE_DIR:-$HOME/.cache/speculative}/src/llama-cpp-python-$LLAMA_CPP_VERSION-bimm-$BIMM_KEY"
 bimm_wanted() { [ "${SPECULATIVE_BATCH_INVARIANT_MM:-1}" != 0 ] && [ ! -e "$BIMM_SRC.noapply" ]; }
 
+# llama.cpp's AMX kernels (which -march=native turns on where the CPU advertises AMX) fault with
+# SIGILL inside ggml_backend_amx_mul_mat on some virtual machines, although a probe of the tile
+# instructions passes there (seen on this project's CI machines), and exact numerics never use
+# them. So the build leaves AMX out; SPECULATIVE_LLAMA_AMX=1 keeps it.
+AMX_FLAGS=""
+AMX_TAG=""
+if [ "${SPECULATIVE_LLAMA_AMX:-0}" != 1 ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    AMX_TAG="-noamx"
+fi
+
 llama_ok() {
     local need_bimm=0
     if bimm_wanted; then need_bimm=1; fi
-    "$PY" - "$need_bimm" <<PYEOF 2>/dev/null
+    "$PY" - "$need_bimm" "$AMX_TAG" <<PYEOF 2>/dev/null
 import sys, llama_cpp
 info = llama_cpp.llama_print_system_info().decode()
 ok = llama_cpp.__version__ == "$LLAMA_CPP_VERSION" and "LLAMAFILE = 1" not in info
 if sys.argv[1] == "1":
     ok = ok and "BATCH_INVARIANT_MM = 1" in info
+if sys.argv[2]:
+    ok = ok and "AMX_INT8 = 1" not in info
 sys.exit(0 if ok else 1)
 PYEOF
 }
@@ -83,9 +96,9 @@ bimm_source() {
 if ! llama_ok; then
     cpu_key=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -a) | sha256sum | cut -c1-12)
     WHEEL_CACHE="${SPECULATIVE_WHEEL_CACHE:-$HOME/.cache/speculative/wheels}"
-    WHEELS="$WHEEL_CACHE/llama-cpp-python-$LLAMA_CPP_VERSION-nollamafile-$(uname -m)-$cpu_key"
+    WHEELS="$WHEEL_CACHE/llama-cpp-python-$LLAMA_CPP_VERSION-nollamafile$AMX_TAG-$(uname -m)-$cpu_key"
     if bimm_wanted; then
-        BIMM_WHEELS="$WHEEL_CACHE/llama-cpp-python-$LLAMA_CPP_VERSION-nollamafile-bimm-$BIMM_KEY-$(uname -m)-$cpu_key"
+        BIMM_WHEELS="$WHEEL_CACHE/llama-cpp-python-$LLAMA_CPP_VERSION-nollamafile$AMX_TAG-bimm-$BIMM_KEY-$(uname -m)-$cpu_key"
         if ls "$BIMM_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
             WHEELS=$BIMM_WHEELS
         else
@@ -96,7 +109,7 @@ if ! llama_ok; then
                 srcdir=$(ls -d "$work"/llama_cpp_python-*/ | head -1)
                 say "building llama-cpp-python $LLAMA_CPP_VERSION with the batch-invariant kernels of $BIMM_PATCH (several minutes, once per machine)"
                 rm -rf "$BIMM_WHEELS.tmp"
-                CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF -DGGML_CPU_BATCH_INVARIANT_MM=ON" \
+                CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF -DGGML_CPU_BATCH_INVARIANT_MM=ON -DCMAKE_C_FLAGS='$AMX_FLAGS' -DCMAKE_CXX_FLAGS='$AMX_FLAGS'" \
                     $PIP wheel -q --no-cache-dir --no-deps "$srcdir" -w "$BIMM_WHEELS.tmp"
                 rm -rf "$BIMM_WHEELS" && mv "$BIMM_WHEELS.tmp" "$BIMM_WHEELS"
                 # keep the patched ggml headers: tests/native's kernel test compiles against them
@@ -114,7 +127,7 @@ if ! llama_ok; then
     if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
         say "building llama-cpp-python $LLAMA_CPP_VERSION with -DGGML_LLAMAFILE=OFF (several minutes, once per machine)"
         rm -rf "$WHEELS.tmp"
-        CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF" \
+        CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='$AMX_FLAGS' -DCMAKE_CXX_FLAGS='$AMX_FLAGS'" \
             $PIP wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
             "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$WHEELS.tmp"
         rm -rf "$WHEELS"

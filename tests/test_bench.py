@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from speculative import engine
+from speculative import request as engine_request
 from speculative.bench import BenchConfig, BenchRunner
 from speculative.bench.datasets import CATEGORIES, load_questions, select
 from speculative.bench.report import draft_length_distribution, geometric_mean_ci, predicted_speedup_from_stats
@@ -141,7 +141,7 @@ def test_injected_greedy_mismatch_fails_the_bench(tmp_path, monkeypatch, capsys)
         n = 1 if len(draft) else 0
         return VerifyResult(n, int(target_choices[n]))
 
-    monkeypatch.setattr(engine, "verify_greedy", wrong)
+    monkeypatch.setattr(engine_request, "verify_greedy", wrong)
     code = main(["bench", *SMOKE, "--categories", "summarization", "--drafter", "ngram", "--draft-policy", "fixed",
                  "--peers", "none", "--output", str(tmp_path / "m"), "--max-new-tokens", "24"])
     captured = capsys.readouterr()

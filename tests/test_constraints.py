@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative import engine as engine_mod
+from speculative import request as request_mod
 from speculative.backends.base import Backend, ForwardRequest, ForwardResult
 from speculative.config import SamplingParams
 from speculative.constraints import Constraint, ConstraintSpec, apply_masks
@@ -414,7 +414,7 @@ def _wrong_unmasked_draft_positions(monkeypatch):
         out[:1] = apply_masks(logits[:1], masks[:1])
         return out
 
-    monkeypatch.setattr(engine_mod, "apply_masks", masks_row0_only)
+    monkeypatch.setattr(request_mod, "apply_masks", masks_row0_only)
 
 
 @pytest.mark.parametrize("bug", ["cut draws from p", "steered q reported unmasked", "target unmasked at drafts"])

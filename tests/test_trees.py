@@ -56,7 +56,7 @@ def test_choices_and_spine_first_layout():
 
 
 def test_fit_leaves_cuts_the_least_confident_leaves():
-    from speculative.engine import _fit_leaves
+    from speculative.selection import fit_leaves as _fit_leaves
 
     # spine 0 -> 2 -> 4, siblings 1 (of 0), 3 (of 2), 5 (of 4): four leaves (1, 3, 5 and spine end 4)
     parents = [-1, -1, 0, 0, 2, 2]

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from .config import GenerationConfig, SamplingParams
 from .constraints import ConstraintSpec
-from .engine import Generation, GenerationResult, SpeculativeGenerator
+from .engine import SpeculativeGenerator
 from .errors import SpeculativeError
+from .output import GenerationResult
+from .request import Generation
 from .stats import GenerationStats
 
 __version__ = "0.1.0"

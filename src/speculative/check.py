@@ -48,8 +48,9 @@ from scipy import optimize, stats
 from .backends.base import ForwardRequest
 from .config import DEFAULT_NUM_SPECULATIVE_TOKENS, SamplingParams
 from .drafters.base import NoDrafter
-from .engine import DecodeRequest, SpeculativeGenerator
+from .engine import SpeculativeGenerator
 from .errors import ConfigError
+from .request import DecodeRequest
 from .sampling import Sampler
 from .verification import rejection_sample, tree_rejection_sample
 
@@ -289,7 +290,7 @@ def probe(gen: SpeculativeGenerator, prompt_ids: Sequence[int], continuation: Se
           params: SamplingParams, seed: int, prompt_index: int = 0) -> Position | None:
     """Run the engine up to its first verification at context ``prompt_ids + continuation[:offset]``.
 
-    A :class:`~speculative.engine.DecodeRequest` prefills ``prompt_ids + continuation[:offset - 1]``
+    A :class:`~speculative.request.DecodeRequest` prefills ``prompt_ids + continuation[:offset - 1]``
     and emits its next token greedily (``continuation[offset - 1]`` when the continuation is the
     greedy one), then draws its proposal with ``params`` and runs the target's verification forward.
     Returns None when the request ended or the drafter proposed nothing.

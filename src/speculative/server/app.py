@@ -17,8 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine import DecodeRequest, GenerationResult, SpeculativeGenerator, TokenLogprob
+from ..engine import SpeculativeGenerator
 from ..errors import SpeculativeError
+from ..output import GenerationResult, TokenLogprob
+from ..request import DecodeRequest
 from .metrics import Metrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest
 from .scheduler import Job, Scheduler

@@ -25,7 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engine import DecodeRequest, SpeculativeGenerator
+from ..engine import SpeculativeGenerator
+from ..request import DecodeRequest
 from ..stats import GenerationStats
 
 Event = tuple[str, object]
