@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -195,7 +196,9 @@ def tokenizer_for(backend):
     if backend.name == "llama.cpp":
         from llguidance.llamacpp import lltokenizer_from_vocab
 
-        tok = lltokenizer_from_vocab(backend._vocab, n_vocab=backend.vocab_size, eos_token=eos or None)
+        with warnings.catch_warnings():  # llguidance calls llama_token_get_attr, deprecated, once per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tok = lltokenizer_from_vocab(backend._vocab, n_vocab=backend.vocab_size, eos_token=eos or None)
     elif hasattr(getattr(backend, "tokenizer", None), "backend_tokenizer"):
         import copy
 
