@@ -65,9 +65,16 @@ if [ "${SPECULATIVE_LLAMA_AMX:-0}" != 1 ] && grep -qw amx_tile /proc/cpuinfo 2>/
     AMX_TAG="-noamx"
 fi
 
+# The build installed in the venv (version, AMX, patch hash): a changed patch rebuilds.
+BUILD_MARK="$VENV/.speculative-llama-build"
+BIMM_BUILD="$LLAMA_CPP_VERSION$AMX_TAG-bimm-$BIMM_KEY"
+
 llama_ok() {
     local need_bimm=0
-    if bimm_wanted; then need_bimm=1; fi
+    if bimm_wanted; then
+        need_bimm=1
+        [ "$(cat "$BUILD_MARK" 2>/dev/null)" = "$BIMM_BUILD" ] || return 1
+    fi
     "$PY" - "$need_bimm" "$AMX_TAG" <<PYEOF 2>/dev/null
 import sys, llama_cpp
 info = llama_cpp.llama_print_system_info().decode()
@@ -135,6 +142,7 @@ if ! llama_ok; then
     fi
     say "installing llama-cpp-python from $WHEELS"
     $PIP install -q --force-reinstall --no-deps "$WHEELS"/llama_cpp_python-*.whl
+    if [ "$WHEELS" = "${BIMM_WHEELS:-}" ]; then echo "$BIMM_BUILD" > "$BUILD_MARK"; else rm -f "$BUILD_MARK"; fi
 fi
 
 say "installing speculative and its dependencies"
