@@ -119,6 +119,9 @@ def test_interrupted_run_resumes(tmp_path, monkeypatch):
     r1.close()
     partial = (out / "runs.jsonl").read_text().splitlines()
     assert 1 <= len(partial) < 8
+    # the interrupted run leaves a report of what it measured, marked as such
+    assert "of 4 questions measured by every method (interrupted run" in (out / "results.md").read_text()
+    assert json.loads((out / "results.json").read_text())["questions_measured"] < 4
     with open(out / "runs.jsonl", "a") as f:
         f.write('{"question_id": 1, "meth')  # a line torn by a kill mid-write
     r2 = BenchRunner(cfg, output=out, progress=False)
@@ -130,6 +133,7 @@ def test_interrupted_run_resumes(tmp_path, monkeypatch):
     res = r2.run()
     r2.close()
     assert len(seen) == 8 - len(partial)  # only what was missing ran
+    assert res["questions_measured"] == 4 and "Dataset spec-bench, 4 questions," in (out / "results.md").read_text()
     assert res["failures"] == [] and all(m["questions"] == 4 for m in res["methods"])
     with pytest.raises(Exception, match="other settings"):
         BenchRunner(BenchConfig(drafters=["none"], per_category=1), output=out, progress=False)

@@ -392,3 +392,12 @@ def test_server_min_tokens_with_and_without_speculation(url, path):
     assert spec["usage"]["accepted_tokens"] > 0 and text_of(plain) != text_of(short)
     status, streamed, finish, _ = stream(url, path, {**body, "min_tokens": m, **SPEC})
     assert status == 200 and streamed == text_of(spec) and finish == spec["choices"][0]["finish_reason"]
+
+
+def test_from_pretrained_without_a_drafter_decodes_plainly():
+    from speculative.drafters.base import NoDrafter
+
+    with SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=None, n_ctx=256) as gen:
+        assert isinstance(gen.drafter, NoDrafter)
+        r = gen.generate("Hi", max_new_tokens=3)
+        assert 1 <= len(r.token_ids) <= 3 and r.stats.steps == len(r.token_ids)  # one token per step

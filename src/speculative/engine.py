@@ -68,7 +68,7 @@ class SpeculativeGenerator:
     def from_pretrained(
         cls,
         target: str = "smollm2-135m-instruct",
-        drafter: str = "ngram",
+        drafter: str | None = "ngram",
         backend: str = "llama.cpp",
         *,
         n_ctx: int | None = 4096,
@@ -79,9 +79,15 @@ class SpeculativeGenerator:
         max_sequences: int = 1,
         config: GenerationConfig | None = None,
     ) -> SpeculativeGenerator:
-        """Load target and drafter from specs (registered names, paths, HF ids; see ``--drafter``)."""
+        """Load target and drafter from specs (registered names, paths, HF ids; see ``--drafter``).
+
+        ``drafter=None`` (or "none") decodes plainly. Raises ConfigError / ModelNotFoundError
+        for a bad spec or a missing model.
+        """
         from .backends import load_backend
         from .drafters import BuildContext, build_drafter, tree_leaves
+
+        drafter = "none" if drafter is None else drafter
 
         t = load_backend(
             target, backend, n_ctx=n_ctx, n_threads=n_threads, max_sequences=max_sequences,

@@ -384,7 +384,7 @@ def markdown(results: dict) -> str:
         "",
         f"{env['date']}, speculative {env['speculative']}, llama-cpp-python {env['llama_cpp_python']}, "
         f"torch {env['torch']}, transformers {env['transformers']}, {env['cpus']} CPUs ({env['machine']}).",
-        f"Dataset {cfg['dataset']}, {results['questions']} questions, max {cfg['max_new_tokens']} new tokens, "
+        f"Dataset {cfg['dataset']}, {_question_count(results)}, max {cfg['max_new_tokens']} new tokens, "
         f"temperature {cfg['temperature']}, "
         + (f"k swept over {', '.join(map(str, cfg['sweep_k']))}" if cfg.get("sweep_k") else f"k = {cfg['k']}")
         + f", draft policy {cfg['draft_policy']}.",
@@ -562,15 +562,27 @@ def _drafter_size_plot(sized: list[dict], out: Path, plt) -> str:
     return "drafter_size.png"
 
 
+def _question_count(results: dict) -> str:
+    n, measured = results["questions"], results.get("questions_measured", results["questions"])
+    if measured == n:
+        return f"{n} questions"
+    return f"{measured} of {n} questions measured by every method (interrupted run: rerun the command to resume)"
+
+
 def write_reports(runner, done: dict) -> dict:
+    """Aggregate ``done`` and write results.json, results.md and the plots; a partial ``done``
+    (an interrupted run) gives a report of the questions measured so far."""
     from dataclasses import asdict
 
     agg = aggregate(runner, done)
+    labels = [m.label for m in runner.methods]
+    measured = sum(all((q.question_id, lab) in done for lab in labels) for q in runner.questions)
     results = {
         "schema_version": SCHEMA_VERSION,
         "config": asdict(runner.cfg),
         "environment": environment(),
         "questions": len(runner.questions),
+        "questions_measured": measured,
         "cost_model": runner.cost_model.to_dict() if runner.cost_model is not None else None,
         **agg,
     }

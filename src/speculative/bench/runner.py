@@ -179,13 +179,13 @@ class BenchRunner:
     # ---- methods ---------------------------------------------------------------------
 
     def load_methods(self) -> None:
+        import psutil
+
         from ..backends import load_backend
         from ..cost_model import cached_verify_cost
         from ..drafters import BuildContext, build_drafter, parse_drafter_spec, tree_leaves
         from ..drafters.base import NoDrafter
         from ..engine import SpeculativeGenerator
-
-        import psutil
 
         proc = psutil.Process()
         c = self.cfg
@@ -304,6 +304,7 @@ class BenchRunner:
         sampler = _RssSampler()
         bar = tqdm(total=len(todo), initial=len(todo) - len(remaining), desc="bench", unit="run",
                    disable=not self.progress, file=sys.stderr, dynamic_ncols=True)
+        interrupted = False
         try:
             for q, m in remaining:
                 bar.set_postfix_str(f"q{q.question_id} {m.label}", refresh=False)
@@ -317,9 +318,18 @@ class BenchRunner:
                     if base is not None and m.kind == "ours" and not compare(base, row):
                         bar.write(f"MISMATCH: {m.label} differs from plain greedy decoding on question {q.question_id}")
                 bar.update(1)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
             bar.close()
             sampler.close()
+        if interrupted:
+            # a report of what was measured so far; the runs stay, and the same command resumes
+            if any(lab == "baseline" for _, lab in done):
+                write_reports(self, done)
+                print(f"interrupted: partial report in {self.output}; rerun the same command to resume",
+                      file=sys.stderr)
+            raise KeyboardInterrupt
         results = write_reports(self, done)
         return results
 

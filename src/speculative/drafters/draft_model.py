@@ -26,6 +26,11 @@ from ..cost_model import AcceptanceCalibration, cached_verify_cost
 from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
 
 
+#: at most this many committed tokens the draft model has not seen are fed with its first draft
+#: forward; more (the prompt, or the output of steps that did not draft) are a separate catch-up
+_FEED_WITH_FIRST_DRAFT = 8
+
+
 @dataclass
 class DraftModelState(DraftState):
     seq_id: int = 0
@@ -147,11 +152,13 @@ class DraftModelDrafter(Drafter):
         kept = m.reuse_prefix(seq, window, keep_last=1)
         pending = list(window[kept:])
         catchup_s = 0.0
-        if len(pending) > 1:  # catch up: the prompt (lazy prefill), or accepted tokens after a pause
+        if len(pending) > _FEED_WITH_FIRST_DRAFT:  # catch up: the prompt (lazy prefill), or a long pause
             t0 = time.perf_counter()
             m.forward([ForwardRequest(seq, pending[:-1], logits="none")])
             pending = pending[-1:]
             catchup_s = time.perf_counter() - t0
+        # a few pending tokens (after a fully accepted draft: its last token and the bonus token) go
+        # into the first draft forward: one forward instead of two, and its time counts as drafting
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         conf: list[float] = []
