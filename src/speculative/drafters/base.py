@@ -237,6 +237,30 @@ class Drafter(abc.ABC):
         """Free models and caches."""
 
 
+class ModelDrafter(Drafter):
+    """A drafter that runs a draft model (``model``, a backend of its own): its size, its
+    measured cost per token and its forward time come from that model."""
+
+    def __init__(self, model: Backend):
+        super().__init__()
+        self.model = model
+        self._cost_estimate: float | None = None
+
+    def non_embedding_parameters(self) -> int:
+        return self.model.non_embedding_parameters()
+
+    def draft_cost_estimate(self) -> float | None:
+        """The draft model's own T(1), measured once per machine and cached (:func:`cached_verify_cost`)."""
+        if self._cost_estimate is None:
+            from ..cost_model import cached_verify_cost
+
+            self._cost_estimate = cached_verify_cost(self.model).time(1)
+        return self._cost_estimate
+
+    def model_time_s(self) -> float:
+        return getattr(self.model, "forward_time_s", 0.0)
+
+
 class NoDrafter(Drafter):
     """``none``: propose nothing, so every step is a plain autoregressive step (the baseline)."""
 

@@ -62,7 +62,7 @@ from ..backends.base import Backend, ForwardRequest, common_prefix_len
 from ..cost_model import AcceptanceCalibration
 from ..errors import ConfigError, VocabularyMismatchError
 from ..sampling import sample_from
-from .base import BackOff, Drafter, DraftProposal, DraftState, ShadowScorer
+from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
 from .token_bridge import (
     Intersection,
     TokenTable,
@@ -124,7 +124,7 @@ class CrossVocabState(DraftState):
     backoff: BackOff = field(default_factory=BackOff)
 
 
-class CrossVocabDrafter(Drafter):
+class CrossVocabDrafter(ModelDrafter):
     """``model:NAME`` whose tokenizer differs from the target's (see the module docstring).
 
     Args:
@@ -139,33 +139,18 @@ class CrossVocabDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: Backend, mode: str = "auto"):
-        super().__init__()
         if mode not in ("auto", "text", "intersect"):
             raise ConfigError(f"vocab={mode} is not a cross-vocabulary mode (auto, text or intersect)")
-        self.model = model
+        super().__init__(model)
         self.mode = mode
         self.ttab: TokenTable | None = None
         self.dtab: TokenTable | None = None
         self.inter: Intersection | None = None
         self.text_ok = False
-        self._cost_estimate: float | None = None
 
     @property
     def description(self) -> str:
         return f"model:{self.model.model_id},vocab={self.mode}"
-
-    def non_embedding_parameters(self) -> int:
-        return self.model.non_embedding_parameters()
-
-    def draft_cost_estimate(self) -> float | None:
-        if self._cost_estimate is None:
-            from ..cost_model import cached_verify_cost
-
-            self._cost_estimate = cached_verify_cost(self.model).time(1)
-        return self._cost_estimate
-
-    def model_time_s(self) -> float:
-        return getattr(self.model, "forward_time_s", 0.0)
 
     def bind(self, target: Backend) -> None:
         self.ttab, self.dtab = TokenTable(target), TokenTable(self.model)

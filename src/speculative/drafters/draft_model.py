@@ -22,8 +22,8 @@ import numpy as np
 
 from ..backends.base import Backend, ForwardRequest
 from ..errors import VocabularyMismatchError
-from ..cost_model import AcceptanceCalibration, cached_verify_cost
-from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
+from ..cost_model import AcceptanceCalibration
+from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
 
 
 #: at most this many committed tokens the draft model has not seen are fed with its first draft
@@ -82,7 +82,7 @@ def check_same_vocabulary(target: Backend, draft: Backend) -> None:
             )
 
 
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(ModelDrafter):
     """``model:NAME_OR_PATH``: a small causal LM with the target's vocabulary.
 
     Args:
@@ -92,26 +92,9 @@ class DraftModelDrafter(Drafter):
     kind = "model"
     steerable = True
 
-    def __init__(self, model: Backend):
-        super().__init__()
-        self.model = model
-        self._cost_estimate: float | None = None
-
     @property
     def description(self) -> str:
         return f"model:{self.model.model_id}"
-
-    def non_embedding_parameters(self) -> int:
-        return self.model.non_embedding_parameters()
-
-    def draft_cost_estimate(self) -> float | None:
-        """The draft model's own T(1), measured once per machine and cached (:func:`cached_verify_cost`)."""
-        if self._cost_estimate is None:
-            self._cost_estimate = cached_verify_cost(self.model).time(1)
-        return self._cost_estimate
-
-    def model_time_s(self) -> float:
-        return self.model.forward_time_s
 
     def bind(self, target: Backend) -> None:
         check_same_vocabulary(target, self.model)
