@@ -8,6 +8,7 @@ from speculative.cost_model import (
     CostModel,
     alpha_from_tau,
     choose_draft_length,
+    drafting_gain_per_token,
     expected_tokens,
     predicted_speedup,
 )
@@ -31,6 +32,21 @@ def test_predicted_speedup_by_hand():
     # a free drafter at perfect acceptance reaches the ceiling (k+1) T(1) / T(k+1)
     cm = CostModel([1, 2, 4, 8], [0.010, 0.018, 0.028, 0.051])
     assert predicted_speedup(5.0, 4, 0.0, cm.time(1), cm.time(5)) == pytest.approx(cm.ceiling(4))
+
+
+def test_drafting_gain_per_token_by_hand():
+    flat = CostModel([1, 16], [0.010, 0.010])
+    # alpha 0.5, free drafter, flat T: m = 8 gives 1.992 tokens per 10 ms, a saving of 10 - 10/1.992 ms
+    assert drafting_gain_per_token(0.5, 0.0, flat, 8) == pytest.approx(0.010 - 0.010 / expected_tokens(0.5, 8))
+    # a drafter that costs a whole step per token never saves anything at alpha 0.5
+    assert drafting_gain_per_token(0.5, 0.010, flat, 8) == 0.0
+    # m = 1: T(2) = 12 ms, drafter 2 ms, alpha 0.8: (2 + 12) / 1.8 ms per token
+    cm = CostModel([1, 2, 4, 8], [0.010, 0.012, 0.028, 0.051])
+    assert drafting_gain_per_token(0.8, 0.002, cm, 1) == pytest.approx(0.010 - 0.014 / 1.8)
+    # with T(2) = 18 ms the same draft costs (2 + 18) / 1.8 = 11.1 ms a token: no saving
+    steep = CostModel([1, 2, 4, 8], [0.010, 0.018, 0.028, 0.051])
+    assert drafting_gain_per_token(0.8, 0.002, steep, 1) == 0.0
+    assert drafting_gain_per_token(0.0, 0.0, cm, 4) == 0.0  # nothing accepted: nothing saved
 
 
 def test_cost_model_interpolates_extrapolates_and_learns():

@@ -230,6 +230,47 @@ def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts, m
         assert d.model_time_s() == t0, "the draft model ran (its prefill was paid) although drafting cannot pay"
 
 
+LONG_PROMPT = (
+    "Here is a module to review.\n\n```python\n"
+    + "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n" for i in range(14))
+    + "```\nExplain what these functions have in common."
+)
+
+
+@pytest.mark.parametrize("catchup_rate, expect", [(1e-6, "all"), (0.001, "window"), (0.5, "none")])
+def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expect, monkeypatch):
+    """The draft model catches up on the prompt only as far as drafting the rest of the budget
+    repays: all of it when catching up is cheap, the last few dozen tokens when it is dear (output
+    unchanged), none when even that would not pay. Frozen flat T(n), 32 ms a draft token, alpha 0.8."""
+    d = qwen_pair.drafter
+    monkeypatch.setattr(d, "_cost_estimate", 0.032)
+    monkeypatch.setattr(d, "_catchup_rate", catchup_rate)
+    monkeypatch.setattr(d, "_accepts", 4)
+    monkeypatch.setattr(d, "_rejects", 1)
+    d.reset_caches()  # no prompt prefix left in the draft model's cache by an earlier test
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
+    ids = gen.encode_prompt(LONG_PROMPT)
+    assert 150 < len(ids) <= 400
+    ref = SpeculativeGenerator(qwen_pair.target).generate(ids, max_new_tokens=24).token_ids
+    seen = []
+    real = d.model.forward
+
+    def spy(reqs):
+        seen.append(len(d.model.cached_tokens(reqs[0].seq_id)) + len(reqs[0].tokens))
+        return real(reqs)
+
+    monkeypatch.setattr(d.model, "forward", spy)
+    res = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4)
+    assert res.token_ids == ref
+    if expect == "none":
+        assert not seen and res.stats.draft_tokens == 0
+    elif expect == "all":
+        assert max(seen) >= len(ids) and res.stats.draft_tokens > 0
+    else:
+        assert res.stats.draft_tokens > 0
+        assert 64 <= min(seen) and max(seen) < len(ids), "the draft model saw more (or less) than a window"
+
+
 def test_orchestration_overhead_is_accounted(qwen_pair):
     res = qwen_pair.generate(CODE_PROMPT, max_new_tokens=16, num_speculative_tokens=4, draft_policy="fixed")
     st = res.stats

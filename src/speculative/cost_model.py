@@ -178,6 +178,26 @@ def predicted_speedup(tau: float, k: int, t_draft: float, t1: float, tk1: float)
     return tau * t1 / (k * t_draft + tk1)
 
 
+def drafting_gain_per_token(alpha: float, t_draft: float, cost: CostModel, k: int) -> float:
+    """Seconds saved per generated token by drafting, at the best draft length m <= k (>= 0).
+
+    A step of m draft tokens costs m·t_draft + T(m+1) and yields (1 - alpha^(m+1)) / (1 - alpha)
+    tokens (Leviathan et al. 2023, section 3.4, with the measured T(n) in place of their constant
+    cost ratio); plain decoding costs T(1) per token. Returns max(0, max_m T(1) - cost/tokens).
+
+    Args:
+        alpha: per-token acceptance rate, in [0, 1].
+        t_draft: the drafter's seconds per draft token.
+        cost: the target's verification cost T(n).
+        k: the longest draft.
+    """
+    t1 = cost.time(1)
+    best = 0.0
+    for m in range(1, max(1, k) + 1):
+        best = max(best, t1 - (m * t_draft + cost.time(m + 1)) / expected_tokens(alpha, m))
+    return best
+
+
 def choose_draft_length(confidence: Sequence[float], cost: CostModel, rate: float) -> int:
     """How many leading draft tokens to verify.
 

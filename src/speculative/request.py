@@ -32,7 +32,7 @@ import numpy as np
 from .backends.base import ForwardRequest
 from .config import GenerationConfig
 from .constraints import Constraint, apply_masks
-from .cost_model import CostModel
+from .cost_model import CostModel, drafting_gain_per_token
 from .drafters.base import DraftProposal, NoDrafter
 from .errors import ConfigError
 from .output import GenerationResult, OutputText, TokenLogprob
@@ -166,6 +166,8 @@ class DecodeRequest:
             min_conf = self.rate() * ((self.cost.time(self.k + 1) - t1) / self.k + self.draft_cost_per_token)
             if m_max > 0 and not self.drafting_can_pay(m_max):
                 m_max = 0  # not even a perfectly accepted draft would pay: do not run the drafter
+            if m_max > 0 and not self.afford_catchup():
+                m_max = 0  # bringing the drafter up to the context would cost more than drafting saves
         if m_max > 0:
             guide = self.constraint.guide() if self.constraint is not None and self.drafter.steerable else None
             try:
@@ -205,6 +207,38 @@ class DecodeRequest:
         cost, rate, td = self.cost, self.rate(), self.draft_cost_per_token
         base = 1.0 - rate * cost.time(1)
         return any((m + 1) - rate * (m * td + cost.time(m + 1)) > base for m in range(1, m_max + 1))
+
+    def afford_catchup(self) -> bool:
+        """Before a draft that needs the drafter to catch up on many tokens (a draft model's lazy prompt
+        prefill): whether, and on how much of the context, catching up pays.
+
+        The expected saving over the rest of the budget is G = R·g, with R the tokens left to generate
+        and g the saving per token at the drafter's measured acceptance rate, draft cost and the
+        target's T(n) (:func:`~speculative.cost_model.drafting_gain_per_token`). Catching up on c tokens
+        costs c·t_c, t_c being the drafter's measured seconds per caught-up token (before its first
+        catch-up: the target's measured prefill rate scaled by the two models' T(1)). When the whole
+        context costs more than G/2, the drafter is limited to the last G/(2·t_c) tokens of it (drafts
+        stay verified, so the output is unchanged); under 64 tokens, this step does not draft.
+        """
+        d = self.drafter
+        n = d.catchup_tokens(self.dstate, self.context)
+        if n <= 0:
+            return True
+        t_c = d.catchup_cost_per_token()
+        if t_c is None:
+            t1 = self.cost.time(1)
+            fresh = self.stats.prompt_tokens - self.stats.cached_prompt_tokens
+            target_rate = self.stats.prefill_time_s / fresh if fresh >= 32 else self.cost.time(16) / 16
+            t_c = target_rate * min(1.0, (d.draft_cost_estimate() or t1) / t1)
+        left = self.cfg.max_new_tokens - len(self.out)
+        gain = left * drafting_gain_per_token(d.acceptance_rate, self.draft_cost_per_token, self.cost, self.k)
+        window = int(gain / (2.0 * t_c)) if t_c > 0 else n
+        if window >= n:
+            return True
+        if window < 64:
+            return False
+        d.limit_context(self.dstate, self.context, window)
+        return True
 
     def _constrain(self, p: DraftProposal) -> DraftProposal:
         """The proposal without what the constraint forbids; the masks at the positions left go to ``_masks``.
@@ -317,6 +351,7 @@ class DecodeRequest:
             res = rejection_sample(lambda i: sampler.probs(logits[i]), verified, q, self.rng)
         self.target.truncate(self.seq, len(self.context) + res.num_accepted)
         self.stats.record_step(len(draft), res.num_accepted)
+        self.drafter.observe_verification(len(draft), res.num_accepted)
         if self.drafter.needs_hidden and hidden_all is not None:
             # fed tokens: the pending ones and the accepted draft tokens, at consecutive positions
             self.drafter.observe_hidden(self.dstate, self._n_cached, hidden_all[: self._pending + res.num_accepted])
@@ -358,6 +393,7 @@ class DecodeRequest:
             self.drafter.observe_hidden(self.dstate, self._n_cached, hidden[idx])
         depth = max(tree_depths(parents), default=0)
         self.stats.record_tree_step(len(toks), depth, len(res.path))
+        self.drafter.observe_verification(depth, len(res.path))
         emitted = [toks[i] for i in res.path] + [res.next_token]
         emit_rows = [row(-1)] + [row(i) for i in res.path]
         return self._finish_step(emitted, emit_rows)

@@ -165,6 +165,8 @@ class Drafter(abc.ABC):
 
     def __init__(self) -> None:
         self.target: Backend | None = None
+        self._accepts = 0  # draft tokens accepted, over this drafter's verified drafts (all requests)
+        self._rejects = 0  # verified drafts that ended in a rejection
 
     @property
     def description(self) -> str:
@@ -185,6 +187,40 @@ class Drafter(abc.ABC):
     def model_time_s(self) -> float:
         """Seconds the drafter's own models have spent in forward passes so far (0 without a model)."""
         return 0.0
+
+    def catchup_tokens(self, state: DraftState, context: Sequence[int]) -> int:
+        """Tokens the drafter would have to process before drafting after ``context`` beyond what its
+        first draft forward feeds anyway (a draft model's lazy prompt prefill); 0 when up to date or
+        when it has no model."""
+        return 0
+
+    def catchup_cost_per_token(self) -> float | None:
+        """Measured seconds per caught-up token (None: not measured yet)."""
+        return None
+
+    def limit_context(self, state: DraftState, context: Sequence[int], n_tokens: int) -> None:
+        """Condition this request's drafts on (about) the last ``n_tokens`` of the context only, so that
+        catching up costs less (drafts stay verified, so output is unchanged; acceptance may drop)."""
+
+    def observe_verification(self, verified: int, accepted: int) -> None:
+        """One verification of this drafter's draft: ``verified`` draft tokens (a chain, or a tree's
+        depth), ``accepted`` of them accepted. Kept across requests, for :attr:`acceptance_rate`."""
+        if verified <= 0:
+            return
+        self._accepts = getattr(self, "_accepts", 0) + accepted  # getattr: subclasses that skip __init__
+        self._rejects = getattr(self, "_rejects", 0) + (1 if accepted < verified else 0)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Per-token acceptance rate alpha measured over this drafter's verified drafts so far.
+
+        The geometric-acceptance estimate: accepted / (accepted + rejections), a rejection being the
+        first refused token of a draft (tokens after it are never reached), with an optimistic prior of
+        4 accepted and 1 rejected token (alpha 0.8) that the first few steps outweigh: a new drafter
+        gets to draft, and so to be measured.
+        """
+        a, r = getattr(self, "_accepts", 0), getattr(self, "_rejects", 0)
+        return (a + 4.0) / (a + r + 5.0)
 
     def bind(self, target: Backend) -> None:
         """Attach to the target once, checking compatibility (vocabulary, ...).
@@ -245,6 +281,7 @@ class ModelDrafter(Drafter):
         super().__init__()
         self.model = model
         self._cost_estimate: float | None = None
+        self._catchup_rate: float | None = None  # measured seconds per caught-up token
 
     def non_embedding_parameters(self) -> int:
         return self.model.non_embedding_parameters()
@@ -259,6 +296,16 @@ class ModelDrafter(Drafter):
 
     def model_time_s(self) -> float:
         return getattr(self.model, "forward_time_s", 0.0)
+
+    def catchup_cost_per_token(self) -> float | None:
+        return self._catchup_rate
+
+    def _observe_catchup(self, n_tokens: int, seconds: float) -> None:
+        """Fold a measured catch-up forward (``n_tokens`` >= 32 in ``seconds``) into the per-token rate."""
+        if n_tokens >= 32 and seconds > 0:
+            rate = seconds / n_tokens
+            old = self._catchup_rate
+            self._catchup_rate = rate if old is None else old + 0.3 * (rate - old)
 
 
 class NoDrafter(Drafter):

@@ -253,6 +253,17 @@ class CrossVocabDrafter(ModelDrafter):
             i -= 1
         return bytes(st.tbytes[st.tcum[i] :])
 
+    def catchup_tokens(self, state: CrossVocabState, context: Sequence[int]) -> int:
+        # the drafter's own prompt not yet in its cache (its output tokens follow the target's, a few a step)
+        cached = self.model.cached_tokens(state.seq_id)
+        if len(cached) >= len(state.dprompt):
+            return 0
+        return len(state.dprompt) - common_prefix_len(cached, state.dprompt)
+
+    def limit_context(self, state: CrossVocabState, context: Sequence[int], n_tokens: int) -> None:
+        keep = max(1, int(n_tokens) - len(state.dtoks))
+        state.dprompt = state.dprompt[-keep:]
+
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         """Bring the drafter up to the committed context, then draft (text bridge or TLI, per request)."""
         st: CrossVocabState = state
@@ -278,8 +289,9 @@ class CrossVocabDrafter(ModelDrafter):
         if len(pending) > 1:  # the prompt (lazy prefill) or the new text
             t0 = time.perf_counter()
             m.forward([ForwardRequest(st.seq_id, pending[:-1], logits="none")])
-            pending = pending[-1:]
             catchup_s = time.perf_counter() - t0
+            self._observe_catchup(len(pending) - 1, catchup_s)
+            pending = pending[-1:]
         if mode == "intersect":
             p = self._draft_intersect(st, pending, max_tokens, sampler, rng, min_confidence)
         else:

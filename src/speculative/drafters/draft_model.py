@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.base import Backend, ForwardRequest
+from ..backends.base import Backend, ForwardRequest, common_prefix_len
 from ..errors import VocabularyMismatchError
 from ..cost_model import AcceptanceCalibration
 from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
@@ -115,6 +115,17 @@ class DraftModelDrafter(ModelDrafter):
             st.offset = max(0, len(context) - n_ctx // 2)
         return context[st.offset :]
 
+    def catchup_tokens(self, state: DraftModelState, context: Sequence[int]) -> int:
+        cached = self.model.cached_tokens(state.seq_id)
+        n = len(context) - state.offset
+        if n - len(cached) <= _FEED_WITH_FIRST_DRAFT:
+            return 0  # up to date (within a request the cache is a prefix of the context)
+        n -= common_prefix_len(cached, context[state.offset :])  # a new request: its prompt
+        return n if n > _FEED_WITH_FIRST_DRAFT else 0
+
+    def limit_context(self, state: DraftModelState, context: Sequence[int], n_tokens: int) -> None:
+        state.offset = max(state.offset, len(context) - max(1, int(n_tokens)))
+
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
         """Draft autoregressively until ``max_tokens`` or until the cumulative confidence falls below
         ``min_confidence``. When even the first token keeps falling short, drafting backs off
@@ -138,8 +149,9 @@ class DraftModelDrafter(ModelDrafter):
         if len(pending) > _FEED_WITH_FIRST_DRAFT:  # catch up: the prompt (lazy prefill), or a long pause
             t0 = time.perf_counter()
             m.forward([ForwardRequest(seq, pending[:-1], logits="none")])
-            pending = pending[-1:]
             catchup_s = time.perf_counter() - t0
+            self._observe_catchup(len(pending) - 1, catchup_s)
+            pending = pending[-1:]
         # a few pending tokens (after a fully accepted draft: its last token and the bonus token) go
         # into the first draft forward: one forward instead of two, and its time counts as drafting
         tokens: list[int] = []
