@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend, ForwardRequest, common_prefix_len
-from ..errors import VocabularyMismatchError
 from ..cost_model import AcceptanceCalibration
+from ..errors import VocabularyMismatchError
 from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
-
 
 #: at most this many committed tokens the draft model has not seen are fed with its first draft
 #: forward; more (the prompt, or the output of steps that did not draft) are a separate catch-up
