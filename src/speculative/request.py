@@ -91,6 +91,9 @@ class DecodeRequest:
         self._pending = 1
         self._n_cached = 0
         self._t_verify = 0.0
+        self._draft_s = 0.0  # seconds the drafter ran for the current step's proposal
+        self._saving_skip = 0  # steps left to decode plainly after proposals that did not pay
+        self._saving_misses = 0
         #: the output's constraint (JSON, schema, regex, grammar): its matcher holds the committed output
         self.constraint = Constraint.compile(cfg.constraint, self.target) if cfg.constraint is not None else None
         self._masks = None  # constraint masks along the current draft (chain: [n+1, V]; tree: (root, per node))
@@ -168,6 +171,9 @@ class DecodeRequest:
                 m_max = 0  # not even a perfectly accepted draft would pay: do not run the drafter
             if m_max > 0 and not self.afford_catchup():
                 m_max = 0  # bringing the drafter up to the context would cost more than drafting saves
+            if m_max > 0 and self._saving_skip > 0:
+                self._saving_skip -= 1
+                m_max = 0  # recent proposals cost more than they saved: back off
         if m_max > 0:
             guide = self.constraint.guide() if self.constraint is not None and self.drafter.steerable else None
             try:
@@ -179,6 +185,7 @@ class DecodeRequest:
         else:
             p = DraftProposal()
         dt = time.perf_counter() - td
+        self._draft_s = dt if m_max > 0 else 0.0
         self.stats.draft_time_s += dt
         self.stats.draft_forward_time_s += self.drafter.model_time_s() - model_t0
         if p.tokens:
@@ -210,15 +217,18 @@ class DecodeRequest:
 
     def afford_catchup(self) -> bool:
         """Before a draft that needs the drafter to catch up on many tokens (a draft model's lazy prompt
-        prefill): whether, and on how much of the context, catching up pays.
+        prefill): whether, and on how much of the context, catching up pays now.
 
-        The expected saving over the rest of the budget is G = R·g, with R the tokens left to generate
-        and g the saving per token at the drafter's measured acceptance rate, draft cost and the
-        target's T(n) (:func:`~speculative.cost_model.drafting_gain_per_token`). Catching up on c tokens
-        costs c·t_c, t_c being the drafter's measured seconds per caught-up token (before its first
-        catch-up: the target's measured prefill rate scaled by the two models' T(1)). When the whole
-        context costs more than G/2, the drafter is limited to the last G/(2·t_c) tokens of it (drafts
-        stay verified, so the output is unchanged); under 64 tokens, this step does not draft.
+        Drafting saves g seconds per generated token (:func:`~speculative.cost_model.drafting_gain_per_token`
+        at the drafter's measured acceptance rate and draft cost and the target's T(n)); catching up
+        costs t_c per token (the drafter's measured rate; before its first catch-up, the target's
+        measured prefill rate scaled by the two models' T(1)). The context the drafter reads is capped
+        at the last R·g/(2·t_c) tokens, R being the tokens left in the budget (drafts stay verified,
+        so the output is unchanged); fewer than 64: no drafting. The answer's length is unknown, so
+        the catch-up is bought as in ski rental (Karlin et al. 1988): decode plainly until drafting
+        would already have saved its cost, i.e. until (tokens generated)·g >= (window)·t_c, which
+        loses at most twice what knowing the length in advance would (a short answer never pays
+        for a long prompt).
         """
         d = self.drafter
         n = d.catchup_tokens(self.dstate, self.context)
@@ -230,15 +240,35 @@ class DecodeRequest:
             fresh = self.stats.prompt_tokens - self.stats.cached_prompt_tokens
             target_rate = self.stats.prefill_time_s / fresh if fresh >= 32 else self.cost.time(16) / 16
             t_c = target_rate * min(1.0, (d.draft_cost_estimate() or t1) / t1)
+        g = drafting_gain_per_token(d.acceptance_rate, self.draft_cost_per_token, self.cost, self.k)
         left = self.cfg.max_new_tokens - len(self.out)
-        gain = left * drafting_gain_per_token(d.acceptance_rate, self.draft_cost_per_token, self.cost, self.k)
-        window = int(gain / (2.0 * t_c)) if t_c > 0 else n
-        if window >= n:
-            return True
-        if window < 64:
+        window = min(n, int(left * g / (2.0 * t_c))) if t_c > 0 else n
+        if window < min(n, 64) or len(self.out) * g < window * t_c:
             return False
-        d.limit_context(self.dstate, self.context, window)
+        if window < n:
+            d.limit_context(self.dstate, self.context, window)
         return True
+
+    def _observe_saving(self, accepted: int, forward_s: float | None) -> None:
+        """After a step whose proposal the drafter ran for: the time it saved, measured.
+
+        Net saving = accepted·T(1) - (drafting time + the verification's cost beyond T(1)); the drafter
+        keeps its average (:meth:`~speculative.drafters.base.Drafter.observe_saving`). While that
+        average is negative, drafting backs off: the next 1, 2, 4, ... (at most 32) steps decode
+        plainly, each probe after a back-off doubling it, a paying one resetting it. This catches what
+        the per-token estimates miss (first draft tokens worth too little for a drafter that costs
+        half a target step, the drafter's own overheads), from measured times only.
+        """
+        if self.cost is None or self._draft_s <= 0.0 or forward_s is None:
+            return
+        t1 = self.cost.time(1)
+        avg = self.drafter.observe_saving(accepted * t1 - self._draft_s - max(0.0, forward_s - t1))
+        self._draft_s = 0.0
+        if avg < 0.0:
+            self._saving_misses += 1
+            self._saving_skip = min(2 ** (self._saving_misses - 1), 32)
+        else:
+            self._saving_misses = 0
 
     def _constrain(self, p: DraftProposal) -> DraftProposal:
         """The proposal without what the constraint forbids; the masks at the positions left go to ``_masks``.
@@ -352,6 +382,7 @@ class DecodeRequest:
         self.target.truncate(self.seq, len(self.context) + res.num_accepted)
         self.stats.record_step(len(draft), res.num_accepted)
         self.drafter.observe_verification(len(draft), res.num_accepted)
+        self._observe_saving(res.num_accepted, forward_s)
         if self.drafter.needs_hidden and hidden_all is not None:
             # fed tokens: the pending ones and the accepted draft tokens, at consecutive positions
             self.drafter.observe_hidden(self.dstate, self._n_cached, hidden_all[: self._pending + res.num_accepted])
@@ -394,6 +425,7 @@ class DecodeRequest:
         depth = max(tree_depths(parents), default=0)
         self.stats.record_tree_step(len(toks), depth, len(res.path))
         self.drafter.observe_verification(depth, len(res.path))
+        self._observe_saving(len(res.path), forward_s)
         emitted = [toks[i] for i in res.path] + [res.next_token]
         emit_rows = [row(-1)] + [row(i) for i in res.path]
         return self._finish_step(emitted, emit_rows)

@@ -167,6 +167,7 @@ class Drafter(abc.ABC):
         self.target: Backend | None = None
         self._accepts = 0  # draft tokens accepted, over this drafter's verified drafts (all requests)
         self._rejects = 0  # verified drafts that ended in a rejection
+        self._saving: float | None = None  # average measured net saving per proposal, seconds
 
     @property
     def description(self) -> str:
@@ -209,6 +210,13 @@ class Drafter(abc.ABC):
             return
         self._accepts = getattr(self, "_accepts", 0) + accepted  # getattr: subclasses that skip __init__
         self._rejects = getattr(self, "_rejects", 0) + (1 if accepted < verified else 0)
+
+    def observe_saving(self, seconds: float) -> float:
+        """Fold one proposal's measured net saving (seconds; negative: it cost more than it saved) into
+        this drafter's running average (exponential, weight 0.2; kept across requests) and return it."""
+        avg = getattr(self, "_saving", None)  # getattr: subclasses that skip __init__
+        self._saving = seconds if avg is None else avg + 0.2 * (seconds - avg)
+        return self._saving
 
     @property
     def acceptance_rate(self) -> float:

@@ -36,6 +36,7 @@ class DraftModelState(DraftState):
     offset: int = 0  # context[offset:] is what the draft cache mirrors (sliding window)
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
     backoff: BackOff = field(default_factory=BackOff)
+    synced: bool = False  # the cache has been brought to this request's context (a prefix of it since)
 
 
 _N_BINS = 10
@@ -117,8 +118,8 @@ class DraftModelDrafter(ModelDrafter):
     def catchup_tokens(self, state: DraftModelState, context: Sequence[int]) -> int:
         cached = self.model.cached_tokens(state.seq_id)
         n = len(context) - state.offset
-        if n - len(cached) <= _FEED_WITH_FIRST_DRAFT:
-            return 0  # up to date (within a request the cache is a prefix of the context)
+        if state.synced and n - len(cached) <= _FEED_WITH_FIRST_DRAFT:
+            return 0  # up to date (once synced, the cache is a prefix of the context and its draft)
         n -= common_prefix_len(cached, context[state.offset :])  # a new request: its prompt
         return n if n > _FEED_WITH_FIRST_DRAFT else 0
 
@@ -143,6 +144,7 @@ class DraftModelDrafter(ModelDrafter):
         window = self._window(state, context, max_tokens)
         seq = state.seq_id
         kept = m.reuse_prefix(seq, window, keep_last=1)
+        state.synced = True
         pending = list(window[kept:])
         catchup_s = 0.0
         if len(pending) > _FEED_WITH_FIRST_DRAFT:  # catch up: the prompt (lazy prefill), or a long pause
