@@ -221,6 +221,7 @@ def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts, m
     monkeypatch.setattr(d, "_cost_estimate", 0.032)
     monkeypatch.setattr(d, "_accepts", 0)  # acceptance: the prior, not what earlier tests measured
     monkeypatch.setattr(d, "_rejects", 0)
+    monkeypatch.setattr(d, "_saving", None)
     monkeypatch.setattr(d, "_catchup_rate", 0.002)  # seconds per caught-up prompt token (about what it is here)
     frozen = _FrozenCost.from_dict(cost.to_dict())  # no online refinement from this (noisy) machine's timings
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)
@@ -251,6 +252,7 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
     monkeypatch.setattr(d, "_catchup_rate", catchup_rate)
     monkeypatch.setattr(d, "_accepts", 4)
     monkeypatch.setattr(d, "_rejects", 1)
+    monkeypatch.setattr(d, "_saving", None)  # no measured saving from earlier tests
     d.reset_caches()  # no prompt prefix left in the draft model's cache by an earlier test
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
     ids = gen.encode_prompt(LONG_PROMPT)
@@ -282,6 +284,22 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
         assert 64 <= min(seen) and max(seen) < len(ids), "the draft model saw more (or less) than a window"
         # ski rental: plain decoding until the saving forgone covers the window's catch-up
         assert len(target_steps) >= 5, "the draft model caught up before drafting could have repaid it"
+
+
+def test_measured_saving_caps_the_catchup(qwen_pair, monkeypatch):
+    """A drafter whose drafted steps measurably saved nothing is not caught up on a new prompt, however
+    well its verified drafts were accepted (the same set-up as the "all" case above, which drafts)."""
+    d = qwen_pair.drafter
+    monkeypatch.setattr(d, "_cost_estimate", 0.032)
+    monkeypatch.setattr(d, "_catchup_rate", 0.001)
+    monkeypatch.setattr(d, "_accepts", 40)
+    monkeypatch.setattr(d, "_rejects", 1)
+    monkeypatch.setattr(d, "_saving", -0.01)
+    d.reset_caches()
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
+    t0 = d.model_time_s()
+    res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
+    assert res.stats.draft_tokens == 0 and d.model_time_s() == t0
 
 
 def test_orchestration_overhead_is_accounted(qwen_pair):

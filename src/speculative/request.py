@@ -220,7 +220,9 @@ class DecodeRequest:
         prefill): whether, and on how much of the context, catching up pays now.
 
         Drafting saves g seconds per generated token (:func:`~speculative.cost_model.drafting_gain_per_token`
-        at the drafter's measured acceptance rate and draft cost and the target's T(n)); catching up
+        at the drafter's measured acceptance rate and draft cost and the target's T(n), and at most what
+        its recent drafted steps measurably saved per token: the acceptance of the drafts the policy
+        chose to verify flatters the drafter); catching up
         costs t_c per token (the drafter's measured rate; before its first catch-up, the target's
         measured prefill rate scaled by the two models' T(1)). The context the drafter reads is capped
         at the last R·g/(2·t_c) tokens, R being the tokens left in the budget (drafts stay verified,
@@ -241,6 +243,9 @@ class DecodeRequest:
             target_rate = self.stats.prefill_time_s / fresh if fresh >= 32 else self.cost.time(16) / 16
             t_c = target_rate * min(1.0, (d.draft_cost_estimate() or t1) / t1)
         g = drafting_gain_per_token(d.acceptance_rate, self.draft_cost_per_token, self.cost, self.k)
+        real = d.measured_saving_per_token()
+        if real is not None:
+            g = min(g, max(0.0, real))  # alpha of verified drafts flatters: what drafting really saved
         left = self.cfg.max_new_tokens - len(self.out)
         window = min(n, int(left * g / (2.0 * t_c))) if t_c > 0 else n
         if window < min(n, 64) or len(self.out) * g < window * t_c:
@@ -262,7 +267,7 @@ class DecodeRequest:
         if self.cost is None or self._draft_s <= 0.0 or forward_s is None:
             return
         t1 = self.cost.time(1)
-        avg = self.drafter.observe_saving(accepted * t1 - self._draft_s - max(0.0, forward_s - t1))
+        avg = self.drafter.observe_saving(accepted * t1 - self._draft_s - max(0.0, forward_s - t1), accepted + 1)
         self._draft_s = 0.0
         if avg < 0.0:
             self._saving_misses += 1

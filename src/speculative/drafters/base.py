@@ -167,7 +167,8 @@ class Drafter(abc.ABC):
         self.target: Backend | None = None
         self._accepts = 0  # draft tokens accepted, over this drafter's verified drafts (all requests)
         self._rejects = 0  # verified drafts that ended in a rejection
-        self._saving: float | None = None  # average measured net saving per proposal, seconds
+        self._saving: float | None = None  # average measured net saving per drafted step, seconds
+        self._step_tokens = 1.0  # average tokens a drafted step yielded
 
     @property
     def description(self) -> str:
@@ -211,12 +212,24 @@ class Drafter(abc.ABC):
         self._accepts = getattr(self, "_accepts", 0) + accepted  # getattr: subclasses that skip __init__
         self._rejects = getattr(self, "_rejects", 0) + (1 if accepted < verified else 0)
 
-    def observe_saving(self, seconds: float) -> float:
-        """Fold one proposal's measured net saving (seconds; negative: it cost more than it saved) into
-        this drafter's running average (exponential, weight 0.2; kept across requests) and return it."""
+    def observe_saving(self, seconds: float, tokens: int) -> float:
+        """Fold one drafted step's measured net saving (seconds; negative: it cost more than it saved)
+        and the tokens it yielded into this drafter's running averages (exponential, weight 0.2; kept
+        across requests) and return the average saving."""
         avg = getattr(self, "_saving", None)  # getattr: subclasses that skip __init__
-        self._saving = seconds if avg is None else avg + 0.2 * (seconds - avg)
+        if avg is None:
+            self._saving, self._step_tokens = seconds, float(tokens)
+        else:
+            self._saving = avg + 0.2 * (seconds - avg)
+            self._step_tokens += 0.2 * (tokens - self._step_tokens)
         return self._saving
+
+    def measured_saving_per_token(self) -> float | None:
+        """Seconds saved per generated token while drafting, as measured over recent drafted steps
+        (their average net saving over their average tokens); None before any was measured."""
+        if getattr(self, "_saving", None) is None:
+            return None
+        return self._saving / max(1.0, self._step_tokens)
 
     @property
     def acceptance_rate(self) -> float:
