@@ -185,7 +185,7 @@ class DecodeRequest:
         else:
             p = DraftProposal()
         dt = time.perf_counter() - td
-        self._draft_s = dt if m_max > 0 else 0.0
+        self._draft_s = dt if p.tokens else 0.0  # a step counts as drafted when there was a draft
         self.stats.draft_time_s += dt
         self.stats.draft_forward_time_s += self.drafter.model_time_s() - model_t0
         if p.tokens:
