@@ -14,12 +14,13 @@ deterministic (n-gram lookup: q is one-hot). Verification is the engine's job.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import Backend, ForwardRequest
 from ..cost_model import AcceptanceCalibration
 from ..sampling import Sampler
 
@@ -209,14 +210,14 @@ class Drafter(abc.ABC):
         depth), ``accepted`` of them accepted. Kept across requests, for :attr:`acceptance_rate`."""
         if verified <= 0:
             return
-        self._accepts = getattr(self, "_accepts", 0) + accepted  # getattr: subclasses that skip __init__
-        self._rejects = getattr(self, "_rejects", 0) + (1 if accepted < verified else 0)
+        self._accepts += accepted
+        self._rejects += 1 if accepted < verified else 0
 
     def observe_saving(self, seconds: float, tokens: int) -> float:
         """Fold one drafted step's measured net saving (seconds; negative: it cost more than it saved)
         and the tokens it yielded into this drafter's running averages (exponential, weight 0.2; kept
         across requests) and return the average saving."""
-        avg = getattr(self, "_saving", None)  # getattr: subclasses that skip __init__
+        avg = self._saving
         if avg is None:
             self._saving, self._step_tokens = seconds, float(tokens)
         else:
@@ -227,7 +228,7 @@ class Drafter(abc.ABC):
     def measured_saving_per_token(self) -> float | None:
         """Seconds saved per generated token while drafting, as measured over recent drafted steps
         (their average net saving over their average tokens); None before any was measured."""
-        if getattr(self, "_saving", None) is None:
+        if self._saving is None:
             return None
         return self._saving / max(1.0, self._step_tokens)
 
@@ -240,8 +241,7 @@ class Drafter(abc.ABC):
         4 accepted and 1 rejected token (alpha 0.8) that the first few steps outweigh: a new drafter
         gets to draft, and so to be measured.
         """
-        a, r = getattr(self, "_accepts", 0), getattr(self, "_rejects", 0)
-        return (a + 4.0) / (a + r + 5.0)
+        return (self._accepts + 4.0) / (self._accepts + self._rejects + 5.0)
 
     def bind(self, target: Backend) -> None:
         """Attach to the target once, checking compatibility (vocabulary, ...).
@@ -321,12 +321,18 @@ class ModelDrafter(Drafter):
     def catchup_cost_per_token(self) -> float | None:
         return self._catchup_rate
 
-    def _observe_catchup(self, n_tokens: int, seconds: float) -> None:
-        """Fold a measured catch-up forward (``n_tokens`` >= 32 in ``seconds``) into the per-token rate."""
-        if n_tokens >= 32 and seconds > 0:
-            rate = seconds / n_tokens
+    def _catch_up(self, seq_id: int, pending: list[int]) -> tuple[list[int], float]:
+        """Feed all but the last of ``pending`` to the draft model's sequence ``seq_id`` (no logits) and
+        fold the time into the measured catch-up rate (forwards of >= 32 tokens). Returns the last
+        token, still to be fed with the first draft forward, and the seconds the catch-up took."""
+        t0 = time.perf_counter()
+        self.model.forward([ForwardRequest(seq_id, pending[:-1], logits="none")])
+        seconds = time.perf_counter() - t0
+        n = len(pending) - 1
+        if n >= 32 and seconds > 0:
             old = self._catchup_rate
-            self._catchup_rate = rate if old is None else old + 0.3 * (rate - old)
+            self._catchup_rate = seconds / n if old is None else old + 0.3 * (seconds / n - old)
+        return pending[-1:], seconds
 
 
 class NoDrafter(Drafter):

@@ -52,7 +52,6 @@ vocabularies that share too few tokens for TLI), each naming the reason.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -287,11 +286,7 @@ class CrossVocabDrafter(ModelDrafter):
         pending = full[kept:]
         catchup_s = 0.0
         if len(pending) > 1:  # the prompt (lazy prefill) or the new text
-            t0 = time.perf_counter()
-            m.forward([ForwardRequest(st.seq_id, pending[:-1], logits="none")])
-            catchup_s = time.perf_counter() - t0
-            self._observe_catchup(len(pending) - 1, catchup_s)
-            pending = pending[-1:]
+            pending, catchup_s = self._catch_up(st.seq_id, pending)
         if mode == "intersect":
             p = self._draft_intersect(st, pending, max_tokens, sampler, rng, min_confidence)
         else:

@@ -14,7 +14,6 @@ output stays lossless.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -148,11 +147,7 @@ class DraftModelDrafter(ModelDrafter):
         pending = list(window[kept:])
         catchup_s = 0.0
         if len(pending) > _FEED_WITH_FIRST_DRAFT:  # catch up: the prompt (lazy prefill), or a long pause
-            t0 = time.perf_counter()
-            m.forward([ForwardRequest(seq, pending[:-1], logits="none")])
-            catchup_s = time.perf_counter() - t0
-            self._observe_catchup(len(pending) - 1, catchup_s)
-            pending = pending[-1:]
+            pending, catchup_s = self._catch_up(seq, pending)
         # a few pending tokens (after a fully accepted draft: its last token and the bonus token) go
         # into the first draft forward: one forward instead of two, and its time counts as drafting
         tokens: list[int] = []
