@@ -89,3 +89,27 @@ def test_backoff_skips_1_2_4_then_resets():
     assert b.misses == 0 and not b.skipping()
     b.update(0.1, min_confidence=0.0)  # the fixed policy (no threshold) never backs off
     assert not b.skipping()
+
+
+def test_silenced_drafter_is_remeasured_after_1_2_4_up_to_32_requests():
+    """A negative measured saving silences a drafter; it is measured afresh on the request after 1, 2,
+    4, ... 32 silent ones while re-measures stay negative, and the gap resets once one pays."""
+    d = NgramDrafter()
+    assert not d.begin_request()  # nothing measured yet: nothing to re-measure
+    d.observe_saving(-0.01, 1)
+    pattern = []
+    for _ in range(1 + 2 + 4 + 8 + 16 + 32 + 32 + 7):
+        if d.begin_request():
+            pattern.append("r")
+            assert d.measured_saving_per_token() is None  # the old measurement is forgotten
+            d.observe_saving(-0.02, 2)  # the re-measure does not pay either
+        else:
+            pattern.append(".")
+    gaps = [len(g) for g in "".join(pattern).split("r")]
+    assert gaps == [1, 2, 4, 8, 16, 32, 32, 0]
+    while not d.begin_request():
+        pass
+    d.observe_saving(0.01, 2)  # this re-measure pays
+    assert not d.begin_request() and d.measured_saving_per_token() == 0.005
+    d.observe_saving(-0.5, 1)  # and turns negative again: the gap starts from 1 again
+    assert [d.begin_request() for _ in range(2)] == [False, True]

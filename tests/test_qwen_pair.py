@@ -288,18 +288,24 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
 
 def test_measured_saving_caps_the_catchup(qwen_pair, monkeypatch):
     """A drafter whose drafted steps measurably saved nothing is not caught up on a new prompt, however
-    well its verified drafts were accepted (the same set-up as the "all" case above, which drafts)."""
+    well its verified drafts were accepted (the same set-up as the "window" case above, which drafts),
+    until a later request re-measures it."""
     d = qwen_pair.drafter
     monkeypatch.setattr(d, "_cost_estimate", 0.032)
     monkeypatch.setattr(d, "_catchup_rate", 0.001)
     monkeypatch.setattr(d, "_accepts", 40)
     monkeypatch.setattr(d, "_rejects", 1)
     monkeypatch.setattr(d, "_saving", -0.01)
+    monkeypatch.setattr(d, "_silent_requests", 0)
+    monkeypatch.setattr(d, "_remeasure_gap", 1)
     d.reset_caches()
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
     t0 = d.model_time_s()
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert res.stats.draft_tokens == 0 and d.model_time_s() == t0
+    # the next request measures it afresh (Drafter.begin_request): it drafts again, output unchanged
+    again = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
+    assert again.stats.draft_tokens > 0 and again.token_ids == res.token_ids
 
 
 def test_orchestration_overhead_is_accounted(qwen_pair):

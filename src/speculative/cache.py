@@ -39,6 +39,17 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_sha256(path: str | os.PathLike) -> str:
+    """sha256 of the file's content, computed once per file version (memoized under ``checksums/`` by
+    :func:`file_key`), so that caches derived from a file can be keyed by what it holds, not where it lies."""
+    marker = cache_dir("checksums") / f"{file_key(path)}.json"
+    digest = read_json(marker).get("sha256")
+    if not digest:
+        digest = sha256_file(path)
+        write_json_atomic(marker, {"path": str(path), "sha256": digest})
+    return digest
+
+
 def read_json(path: Path) -> dict:
     try:
         with open(path) as f:

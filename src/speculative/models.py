@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import atomic_path, cache_dir, file_key, read_json, sha256_file, write_json_atomic
+from .cache import atomic_path, cache_dir, content_sha256, file_key, write_json_atomic
 from .errors import ModelLoadError, ModelNotFoundError
 
 
@@ -48,11 +48,7 @@ def verified_sha256(path: Path, expected: str | None) -> str:
     Raises:
         ModelLoadError: the digest differs from ``expected``.
     """
-    marker = cache_dir("checksums") / f"{file_key(path)}.json"
-    digest = read_json(marker).get("sha256")
-    if not digest:
-        digest = sha256_file(path)
-        write_json_atomic(marker, {"path": str(path), "sha256": digest})
+    digest = content_sha256(path)
     if expected and digest != expected:
         raise ModelLoadError(f"{path} has sha256 {digest}, expected {expected}: the file is corrupt; reinstall it")
     return digest

@@ -83,6 +83,8 @@ class DecodeRequest:
         self.cost: CostModel | None = gen.cost_model if (cfg.draft_policy == "adaptive" and not plain) else None
         # seconds per draft token: the drafter's measured estimate, refined by this request's proposals
         self.draft_cost_per_token = (self.drafter.draft_cost_estimate() or 0.0) if self.cost is not None else 0.0
+        if self.cost is not None:
+            self.drafter.begin_request()  # a drafter silenced by a negative measured saving is re-measured now and then
         self._t0 = 0.0
         self._target_t0 = 0.0
         self._proposal: DraftProposal | None = None
@@ -222,7 +224,8 @@ class DecodeRequest:
         Drafting saves g seconds per generated token (:func:`~speculative.cost_model.drafting_gain_per_token`
         at the drafter's measured acceptance rate and draft cost and the target's T(n), and at most what
         its recent drafted steps measurably saved per token: the acceptance of the drafts the policy
-        chose to verify flatters the drafter); catching up
+        chose to verify flatters the drafter; a negative measurement, which silences the drafter, is
+        taken afresh now and then: :meth:`~speculative.drafters.base.Drafter.begin_request`); catching up
         costs t_c per token (the drafter's measured rate; before its first catch-up, the target's
         measured prefill rate scaled by the two models' T(1)). The context the drafter reads is capped
         at the last R·g/(2·t_c) tokens, R being the tokens left in the budget (drafts stay verified,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cache import atomic_path, cache_dir, file_key
+from ..cache import atomic_path, cache_dir, content_sha256
 from ..errors import BackendUnavailableError, ConfigError, ModelLoadError
 from ..models import ModelSource
 from .base import END_OF_TURN_TEXTS, Backend, ForwardRequest, ForwardResult
@@ -85,7 +85,8 @@ def convert_gguf(gguf_path: str, progress: bool = True) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = Path(gguf_path)
-    out = cache_dir("hf-converted") / f"{src.stem}-{file_key(src)}"
+    # keyed by content: the same GGUF installed in another environment reuses the conversion
+    out = cache_dir("hf-converted") / f"{src.stem}-{content_sha256(src)[:16]}"
     if (out / "config.json").is_file():
         return out
     if progress:

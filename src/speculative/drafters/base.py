@@ -170,6 +170,8 @@ class Drafter(abc.ABC):
         self._rejects = 0  # verified drafts that ended in a rejection
         self._saving: float | None = None  # average measured net saving per drafted step, seconds
         self._step_tokens = 1.0  # average tokens a drafted step yielded
+        self._silent_requests = 0  # requests begun since the saving turned negative (or since the last re-measure)
+        self._remeasure_gap = 1  # silent requests before the next re-measure: 1, 2, 4, ... 32
 
     @property
     def description(self) -> str:
@@ -224,6 +226,26 @@ class Drafter(abc.ABC):
             self._saving = avg + 0.2 * (seconds - avg)
             self._step_tokens += 0.2 * (tokens - self._step_tokens)
         return self._saving
+
+    def begin_request(self) -> bool:
+        """Called as an adaptive request starts; True when this request re-measures the drafter.
+
+        A drafter whose measured net saving (:meth:`observe_saving`) is negative is not caught up on
+        new prompts, so it would never draft again and its measurement would never change, although
+        the workload may (a code request after translations). So the measurement is forgotten and
+        taken afresh on the request after 1, then 2, 4, ... (at most 32) silent requests, the gap
+        doubling while re-measures stay negative and resetting once one pays: the exponential
+        back-off of a repeated probe, whose cost the ski-rental catch-up bounds in each request.
+        """
+        if self._saving is None or self._saving > 0.0:
+            self._silent_requests, self._remeasure_gap = 0, 1
+            return False
+        self._silent_requests += 1
+        if self._silent_requests <= self._remeasure_gap:
+            return False
+        self._silent_requests, self._remeasure_gap = 0, min(2 * self._remeasure_gap, 32)
+        self._saving, self._step_tokens = None, 1.0
+        return True
 
     def measured_saving_per_token(self) -> float | None:
         """Seconds saved per generated token while drafting, as measured over recent drafted steps
