@@ -91,25 +91,32 @@ def test_backoff_skips_1_2_4_then_resets():
     assert not b.skipping()
 
 
-def test_silenced_drafter_is_remeasured_after_1_2_4_up_to_32_requests():
-    """A negative measured saving silences a drafter; it is measured afresh on the request after 1, 2,
-    4, ... 32 silent ones while re-measures stay negative, and the gap resets once one pays."""
+def test_silenced_drafter_is_remeasured_within_a_budget():
+    """A negative measured saving silences a drafter; it is measured afresh once the decoding time it
+    sat out, times the budget (1%), covers what the last measurement lost; one that pays ends it."""
+    from speculative.drafters.base import REMEASURE_BUDGET
+
+    assert REMEASURE_BUDGET == 0.01
     d = NgramDrafter()
     assert not d.begin_request()  # nothing measured yet: nothing to re-measure
-    d.observe_saving(-0.01, 1)
+    d.observe_saving(-1.5, 2)  # the first measurement: two drafted steps that lost 2 s in all
+    d.observe_saving(-0.5, 1)
+    d.end_request(120.0, drafted=True)  # the request that measured it is not sat out
     pattern = []
-    for _ in range(1 + 2 + 4 + 8 + 16 + 32 + 32 + 7):
-        if d.begin_request():
-            pattern.append("r")
-            assert d.measured_saving_per_token() is None  # the old measurement is forgotten
-            d.observe_saving(-0.02, 2)  # the re-measure does not pay either
-        else:
-            pattern.append(".")
-    gaps = [len(g) for g in "".join(pattern).split("r")]
-    assert gaps == [1, 2, 4, 8, 16, 32, 32, 0]
-    while not d.begin_request():
-        pass
-    d.observe_saving(0.01, 2)  # this re-measure pays
-    assert not d.begin_request() and d.measured_saving_per_token() == 0.005
-    d.observe_saving(-0.5, 1)  # and turns negative again: the gap starts from 1 again
-    assert [d.begin_request() for _ in range(2)] == [False, True]
+    for _ in range(6):
+        pattern.append(d.begin_request())
+        if not pattern[-1]:
+            d.end_request(45.0, drafted=False)  # each silent request decodes for 45 s
+    assert pattern == [False] * 5 + [True]  # after 4 silent requests 180 s x 1% < 2 s; after 5, 225 s
+    assert d.measured_saving_per_token() is None  # the old measurement is forgotten
+    d.observe_saving(-0.2, 1)  # the re-measure loses 0.2 s: measured again after 20 s sat out
+    d.end_request(30.0, drafted=True)
+    assert not d.begin_request()
+    d.end_request(19.0, drafted=False)
+    assert not d.begin_request()
+    d.end_request(1.0, drafted=False)
+    assert d.begin_request()
+    d.observe_saving(0.3, 2)  # this one pays: the drafter drafts again, nothing to re-measure
+    assert d.measured_saving_per_token() == 0.15
+    d.end_request(500.0, drafted=True)
+    assert not d.begin_request() and d.measured_saving_per_token() == 0.15

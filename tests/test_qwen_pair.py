@@ -296,14 +296,15 @@ def test_measured_saving_caps_the_catchup(qwen_pair, monkeypatch):
     monkeypatch.setattr(d, "_accepts", 40)
     monkeypatch.setattr(d, "_rejects", 1)
     monkeypatch.setattr(d, "_saving", -0.01)
-    monkeypatch.setattr(d, "_silent_requests", 0)
-    monkeypatch.setattr(d, "_remeasure_gap", 1)
+    monkeypatch.setattr(d, "_measure_net", -0.01)  # what that measurement lost, seconds
+    monkeypatch.setattr(d, "_silent_s", 0.0)
     d.reset_caches()
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
     t0 = d.model_time_s()
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert res.stats.draft_tokens == 0 and d.model_time_s() == t0
-    # the next request measures it afresh (Drafter.begin_request): it drafts again, output unchanged
+    # 1% of the request's decoding time (> 1 s) covers the 0.01 s lost: the next request measures it
+    # afresh (Drafter.begin_request) and drafts again, output unchanged
     again = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert again.stats.draft_tokens > 0 and again.token_ids == res.token_ids
 

@@ -84,7 +84,7 @@ class DecodeRequest:
         # seconds per draft token: the drafter's measured estimate, refined by this request's proposals
         self.draft_cost_per_token = (self.drafter.draft_cost_estimate() or 0.0) if self.cost is not None else 0.0
         if self.cost is not None:
-            self.drafter.begin_request()  # a drafter silenced by a negative measured saving is re-measured now and then
+            self.drafter.begin_request()  # a drafter silenced by a negative measured saving is measured afresh now and then
         self._t0 = 0.0
         self._target_t0 = 0.0
         self._proposal: DraftProposal | None = None
@@ -96,6 +96,7 @@ class DecodeRequest:
         self._draft_s = 0.0  # seconds the drafter ran for the current step's proposal
         self._saving_skip = 0  # steps left to decode plainly after proposals that did not pay
         self._saving_misses = 0
+        self._released = False
         #: the output's constraint (JSON, schema, regex, grammar): its matcher holds the committed output
         self.constraint = Constraint.compile(cfg.constraint, self.target) if cfg.constraint is not None else None
         self._masks = None  # constraint masks along the current draft (chain: [n+1, V]; tree: (root, per node))
@@ -496,6 +497,9 @@ class DecodeRequest:
         """Free the sequence (its cache stays for prefix reuse) and the drafter state."""
         self.stats.wall_time_s = time.perf_counter() - self._t0
         self.stats.target_forward_time_s = self.target.forward_time_s - self._target_t0
+        if self.cost is not None and not self._released:
+            self._released = True
+            self.drafter.end_request(self.stats.wall_time_s - self.stats.prefill_time_s, self.stats.draft_tokens > 0)
         if self.dstate is not None:
             self.drafter.finish(self.dstate)
             self.dstate = None

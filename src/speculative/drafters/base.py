@@ -24,6 +24,10 @@ from ..backends.base import Backend, ForwardRequest
 from ..cost_model import AcceptanceCalibration
 from ..sampling import Sampler
 
+#: the share of a silenced drafter's sat-out decoding time that measuring it again may cost
+#: (:meth:`Drafter.begin_request`): an exploration budget, like an epsilon-greedy rate
+REMEASURE_BUDGET = 0.01
+
 
 @dataclass
 class DraftProposal:
@@ -170,8 +174,8 @@ class Drafter(abc.ABC):
         self._rejects = 0  # verified drafts that ended in a rejection
         self._saving: float | None = None  # average measured net saving per drafted step, seconds
         self._step_tokens = 1.0  # average tokens a drafted step yielded
-        self._silent_requests = 0  # requests begun since the saving turned negative (or since the last re-measure)
-        self._remeasure_gap = 1  # silent requests before the next re-measure: 1, 2, 4, ... 32
+        self._measure_net = 0.0  # net seconds its drafted steps saved since the saving was last (re)measured
+        self._silent_s = 0.0  # decoding seconds of requests it sat out since then, silenced
 
     @property
     def description(self) -> str:
@@ -219,6 +223,7 @@ class Drafter(abc.ABC):
         """Fold one drafted step's measured net saving (seconds; negative: it cost more than it saved)
         and the tokens it yielded into this drafter's running averages (exponential, weight 0.2; kept
         across requests) and return the average saving."""
+        self._measure_net += seconds
         avg = self._saving
         if avg is None:
             self._saving, self._step_tokens = seconds, float(tokens)
@@ -232,20 +237,27 @@ class Drafter(abc.ABC):
 
         A drafter whose measured net saving (:meth:`observe_saving`) is negative is not caught up on
         new prompts, so it would never draft again and its measurement would never change, although
-        the workload may (a code request after translations). So the measurement is forgotten and
-        taken afresh on the request after 1, then 2, 4, ... (at most 32) silent requests, the gap
-        doubling while re-measures stay negative and resetting once one pays: the exponential
-        back-off of a repeated probe, whose cost the ski-rental catch-up bounds in each request.
+        the workload may (code after translations). So the measurement is forgotten and taken afresh
+        once the decoding time of the requests it sat out, times :data:`REMEASURE_BUDGET`, covers
+        what the last measurement lost (its drafted steps' net saving, catch-up included): measuring
+        again costs at most that share of the time spent silent, and a costly probe is repeated
+        rarely, a cheap one soon.
         """
         if self._saving is None or self._saving > 0.0:
-            self._silent_requests, self._remeasure_gap = 0, 1
+            self._silent_s = 0.0
             return False
-        self._silent_requests += 1
-        if self._silent_requests <= self._remeasure_gap:
+        if self._silent_s * REMEASURE_BUDGET < -self._measure_net:
             return False
-        self._silent_requests, self._remeasure_gap = 0, min(2 * self._remeasure_gap, 32)
         self._saving, self._step_tokens = None, 1.0
+        self._measure_net = self._silent_s = 0.0
         return True
+
+    def end_request(self, decode_s: float, drafted: bool) -> None:
+        """Called as an adaptive request ends: ``decode_s`` seconds of decoding (prefill excluded), and
+        whether this drafter's drafts were verified in it. Time sat out while silenced counts towards
+        the next re-measure (:meth:`begin_request`)."""
+        if not drafted and self._saving is not None and self._saving <= 0.0:
+            self._silent_s += max(0.0, decode_s)
 
     def measured_saving_per_token(self) -> float | None:
         """Seconds saved per generated token while drafting, as measured over recent drafted steps
