@@ -321,7 +321,9 @@ def test_disconnect_frees_the_slot(server):
     [
         ("/v1/completions", b"{not json", 400, "not valid JSON"),
         ("/v1/completions", {"prompt": 12}, 400, "prompt"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": -1}, 400, "max_tokens must be >= 1"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}, 400,
+         "max_tokens must be >= 1"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": True}, 400, "max_tokens"),
         ("/v1/completions", {"prompt": "word " * 3000}, 400, "context"),
         ("/v1/completions", {"prompt": "hi", "model": "gpt-9"}, 404, "does not exist"),

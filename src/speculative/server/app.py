@@ -136,7 +136,7 @@ def create_app(state: ServerState) -> FastAPI:
         return min(max_tokens, room)
 
     def _check_min_tokens(body, max_tokens: int | None) -> None:
-        if max_tokens is not None and body.min_tokens > max_tokens:
+        if max_tokens is not None and max_tokens >= 1 and body.min_tokens > max_tokens:  # < 1: max_tokens' own error
             raise APIError(400, f"min_tokens ({body.min_tokens}) must not exceed max_tokens ({max_tokens})",
                            param="min_tokens")
 
