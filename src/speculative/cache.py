@@ -42,12 +42,20 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def content_sha256(path: str | os.PathLike) -> str:
     """sha256 of the file's content, computed once per file version (memoized under ``checksums/`` by
     :func:`file_key`), so that caches derived from a file can be keyed by what it holds, not where it lies."""
-    marker = cache_dir("checksums") / f"{file_key(path)}.json"
-    digest = read_json(marker).get("sha256")
+    digest = read_json(_sha256_memo(path)).get("sha256")
     if not digest:
         digest = sha256_file(path)
-        write_json_atomic(marker, {"path": str(path), "sha256": digest})
+        remember_sha256(path, digest)
     return digest
+
+
+def remember_sha256(path: str | os.PathLike, digest: str) -> None:
+    """Record a digest just computed while writing ``path`` (so :func:`content_sha256` need not hash it again)."""
+    write_json_atomic(_sha256_memo(path), {"path": str(path), "sha256": digest})
+
+
+def _sha256_memo(path: str | os.PathLike) -> Path:
+    return cache_dir("checksums") / f"{file_key(path)}.json"
 
 
 def read_json(path: Path) -> dict:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import atomic_path, cache_dir, content_sha256, file_key, write_json_atomic
+from .cache import atomic_path, cache_dir, content_sha256, remember_sha256
 from .errors import ModelLoadError, ModelNotFoundError
 
 
@@ -135,7 +135,7 @@ def _locate_parts(entry: RegisteredModel) -> Path:
             )
         dst.flush()
     # the digest was just computed: record it, so the first load does not hash 1 GB again
-    write_json_atomic(cache_dir("checksums") / f"{file_key(out)}.json", {"path": str(out), "sha256": entry.sha256})
+    remember_sha256(out, entry.sha256)
     return out
 
 
