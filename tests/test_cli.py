@@ -36,7 +36,9 @@ def test_generate_json(capsys):
 def test_generate_text_and_summary(capsys):
     code, out, err = run_cli(capsys, "generate", "Say hello.", "--max-new-tokens", "8", "--drafter", "none")
     assert code == 0 and out.strip()
-    assert "tok/s" in err and "acceptance rate" in err and "tokens/step" in err
+    # drafter none: nothing verified, so no acceptance rate to speak of
+    assert "tok/s" in err and "no draft token verified" in err and "tokens/step" in err
+    assert "acceptance rate" not in err
 
 
 def test_drafter_none_equals_plain_and_no_chat(capsys):
@@ -49,7 +51,8 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
     "argv, fragment",
     [
         (["generate", "hi", "--target", "no-such-model"], "unknown model 'no-such-model'"),
-        (["generate", "hi", "--target", "/nonexistent/model.gguf"], "unknown model"),
+        (["generate", "hi", "--target", "/nonexistent/model.gguf"], "no model file or folder at /nonexistent/model.gguf"),
+        (["generate", "hi", "--target", "missing.gguf"], "no model file or folder at missing.gguf"),
         (["generate", "   "], "prompt is empty"),
         (["generate", "hi", "--k", "0"], "num_speculative_tokens"),
         (["generate", "hi", "--max-new-tokens", "0"], "max_new_tokens"),

@@ -327,6 +327,7 @@ REFUSED = [
     ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
     ({"min_tokens": -1}, "min_tokens"),
     ({"min_tokens": 9, "max_tokens": 4}, "min_tokens"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream: true (as OpenAI, vLLM)
 ]
 
 
@@ -343,6 +344,28 @@ def test_server_refuses_fields_it_does_not_honour_by_name(url, path, extra, para
         assert "must be a finite number" in err["message"]
 
 
+def test_server_prompt_batch_forms_and_bodies_that_are_not_json(url):
+    base = {"max_tokens": 4, "temperature": 0}
+    want = text_of(post(url, "/v1/completions", {**base, "prompt": "The sky is"}).json())
+    # OpenAI's batch forms holding one prompt are that prompt
+    assert text_of(post(url, "/v1/completions", {**base, "prompt": ["The sky is"]}).json()) == want
+    r = post(url, "/v1/completions", {**base, "prompt": [[504, 6205, 314]]})
+    assert r.status_code == 200 and len(text_of(r.json())) > 0, r.text
+    # several prompts: refused by name, not with a type error about integers
+    r = post(url, "/v1/completions", {**base, "prompt": ["a", "b"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    assert "batch of 2 prompts" in r.json()["error"]["message"]
+    r = post(url, "/v1/completions", {**base, "prompt": [[1, 2], [3]]})
+    assert r.status_code == 400 and "batch of 2 prompts" in r.json()["error"]["message"]
+    # a JSON body sent without a JSON content type, a body that is not an object, no body
+    r = httpx.post(url + "/v1/completions", content=json.dumps({**base, "prompt": "x"}), timeout=60)
+    assert r.status_code == 400 and "Content-Type: application/json" in r.json()["error"]["message"], r.text
+    r = post(url, "/v1/chat/completions", [{"role": "user", "content": "hi"}])
+    assert r.status_code == 400 and r.json()["error"]["message"] == "the request body must be a JSON object"
+    r = httpx.post(url + "/v1/completions", timeout=60)
+    assert r.status_code == 400 and "body is missing" in r.json()["error"]["message"], r.text
+
+
 def test_server_refused_messages_fields(url):
     msgs = [{"role": "user", "content": "Hi"},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]}]
@@ -356,7 +379,7 @@ def test_server_refused_messages_fields(url):
 def test_server_accepts_and_ignores_what_changes_nothing(url):
     ignored = {"user": "u1", "metadata": {"a": "b"}, "store": False, "n": 1, "service_tier": "auto",
                "parallel_tool_calls": True, "tools": [], "tool_choice": "none", "prompt_cache_key": "k",
-               "safety_identifier": "s", "stream_options": {"include_usage": True}}
+               "safety_identifier": "s", "stream_options": None}
     msgs = [{"role": "user", "content": "Name a color."},
             {"role": "assistant", "content": "Blue.", "tool_calls": None, "refusal": None, "name": "bot"},
             {"role": "user", "content": "Another one."}]

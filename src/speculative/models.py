@@ -376,6 +376,8 @@ def resolve(spec: str, verify: bool = True) -> ModelSource:
         raise ModelNotFoundError(f"{p} is a folder with neither config.json nor exactly one .gguf file")
     if _HUB_ID.match(spec) and not spec.endswith(".gguf") and not spec.startswith((".", "/", "~")):
         return ModelSource("hf-hub", spec, spec)
+    if spec.lower().endswith(".gguf") or spec.startswith((".", "/", "~")) or os.sep in spec:
+        raise ModelNotFoundError(f"no model file or folder at {p}")
     names = ", ".join(sorted(REGISTRY))
     raise ModelNotFoundError(
         f"unknown model '{spec}': not a registered name ({names}), an existing GGUF file or folder, "

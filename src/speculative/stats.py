@@ -159,5 +159,6 @@ class GenerationStats:
         return (
             f"{self.new_tokens} new tokens in {self.wall_time_s:.2f} s: {self.tokens_per_second:.1f} tok/s "
             f"({self.decode_tokens_per_second:.1f} decoding), {self.steps} steps, "
-            f"acceptance rate {self.acceptance_rate:.1%}, {self.mean_accepted_tokens:.2f} tokens/step"
+            + (f"acceptance rate {self.acceptance_rate:.1%}, " if self.draft_tokens else "no draft token verified, ")
+            + f"{self.mean_accepted_tokens:.2f} tokens/step"
         )

@@ -62,6 +62,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     kind = e.get("type")
     msg = e.get("msg", "invalid value")
+    if param is None:  # the body as a whole
+        if kind == "missing":
+            return "the request body is missing: send a JSON object", None
+        if isinstance(e.get("input"), (bytes, str)):  # FastAPI parses JSON only when the request says it is JSON
+            return "the request body must be a JSON object sent with Content-Type: application/json", None
+        return "the request body must be a JSON object", None
     if kind == "extra_forbidden":
         return (f"unsupported field '{param}': this server does not know it, and ignoring it could change "
                 "the result"), param
@@ -143,13 +149,15 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         _check_model(body.model)
+        body.check_stream_options()
         _check_min_tokens(body, body.max_tokens)
-        if isinstance(body.prompt, str):
-            if not body.prompt:
+        prompt = body.single_prompt()
+        if isinstance(prompt, str):
+            if not prompt:
                 raise APIError(400, "the prompt is empty", param="prompt")
-            ids = target.encode(body.prompt)
+            ids = target.encode(prompt)
         else:
-            ids = list(body.prompt)
+            ids = list(prompt)
             if any(t < 0 or t >= target.vocab_size for t in ids):
                 raise APIError(400, f"prompt token ids must be in [0, {target.vocab_size})", param="prompt")
         max_new = _budget(len(ids), body.max_tokens, "max_tokens")
@@ -159,6 +167,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         _check_model(body.model)
+        body.check_stream_options()
         if target.chat_template is None:
             raise APIError(400, f"{state.model_name} has no chat template; use /v1/completions", param="messages")
         msgs = [{"role": m.role if m.role != "developer" else "system", "content": m.text(),

@@ -7,7 +7,8 @@ ours (``num_speculative_tokens``, ``speculative``, ``draft_policy``) are optiona
 Every field is either honoured, accepted and ignored because it cannot change
 the result here (``user``, ``metadata``, ``store``, ...: see :class:`_Common`),
 or refused with a 400 naming it: an unknown key, ``tools``, ``n`` or
-``best_of`` other than 1, ``echo``, ``suffix``.
+``best_of`` other than 1, ``echo``, ``suffix``, ``stream_options`` without ``stream``, a batch
+of several prompts.
 Types are strict (JSON types as OpenAI documents them: no bool -> int, str -> bool
 or str -> number coercion), numbers must be finite, and strings valid Unicode
 (no lone surrogates, which have no UTF-8 form).
@@ -163,6 +164,11 @@ class _Common(BaseModel):
     function_call: Annotated[Any, _refuse(lambda v: v is None or v == "none", _NO_TOOLS)] = None
     response_format: ResponseFormat | None = None
 
+    def check_stream_options(self) -> None:
+        """OpenAI and vLLM refuse ``stream_options`` on a request that does not stream (400)."""
+        if self.stream_options is not None and not self.stream:
+            raise APIError(400, "stream_options is only allowed when stream is true", param="stream_options")
+
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
@@ -206,14 +212,27 @@ class _Common(BaseModel):
 
 
 class CompletionRequest(_Common):
-    """``POST /v1/completions``: ``prompt`` is a string or a list of token ids."""
+    """``POST /v1/completions``: ``prompt`` is a string or a list of token ids; OpenAI's batch forms
+    (a list of strings, a list of token-id lists) are taken when they hold one prompt (see
+    :meth:`single_prompt`)."""
 
-    prompt: SStr | list[SInt]
+    prompt: SStr | list[SInt] | list[SStr] | list[list[SInt]]
     max_tokens: SInt | None = Field(default=16)
     logprobs: SInt | None = Field(default=None, ge=0, le=5)
     echo: Annotated[SBool, _refuse(lambda v: not v, "echo is not supported")] = False
     best_of: Annotated[SInt | None, _refuse(lambda v: v in (None, 1), "only best_of = 1 is supported")] = None
     suffix: Annotated[SStr | None, _refuse(lambda v: not v, "suffix (insertion) is not supported")] = None
+
+    def single_prompt(self) -> str | list[int]:
+        """The one prompt: a string or token ids. A batch of several prompts is refused (400), since
+        every choice here answers one prompt (``n`` = 1)."""
+        p = self.prompt
+        if isinstance(p, str) or not p or isinstance(p[0], int):
+            return p
+        if len(p) != 1:
+            raise APIError(400, f"prompt: a batch of {len(p)} prompts is not supported; send one request per prompt",
+                           param="prompt")
+        return p[0]
 
 
 class ChatMessage(BaseModel):
