@@ -128,3 +128,84 @@ def test_sampled_drafts_are_verified_whole():
     sampled = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf, probs=np.full((4, 8), 1 / 8))
     assert DecodeRequest.choose_length(me, det) < 4
     assert DecodeRequest.choose_length(me, sampled) == 4
+
+
+def test_sizes_not_timed_live_follow_the_live_ones():
+    # measured on a busy machine: everything 3x too slow; live single-token steps say 10 ms
+    cm = CostModel([1, 2, 4, 8], [0.030, 0.045, 0.060, 0.090])
+    for _ in range(200):
+        cm.update(1, 0.010)
+    assert cm.time(1) == pytest.approx(0.010, rel=1e-3)
+    # the table's shape is kept: T(8)/T(1) as measured, not 9x as a stale T(8) would say
+    assert cm.time(8) / cm.time(1) == pytest.approx(3.0, rel=1e-6)
+    assert cm.time(2) == pytest.approx(0.015, rel=1e-3)
+    assert cm.time(8) < 0.031  # without the scaling, T(8) would still be 0.090
+    # a size timed live stops following; the others now follow the latest live one
+    for _ in range(200):
+        cm.update(4, 0.050)
+    assert cm.time(4) == pytest.approx(0.050, rel=1e-3) and cm.time(1) == pytest.approx(0.010, rel=1e-3)
+    assert cm.time(8) / cm.time(4) == pytest.approx(1.5, rel=1e-6)
+
+
+def test_a_drifted_cached_table_is_written_back(tmp_path):
+    from speculative.cache import read_json, write_json_atomic
+
+    path = tmp_path / "cost.json"
+    write_json_atomic(path, {"sizes": [1, 2], "seconds": [0.030, 0.045], "model": "m"})
+    cm = CostModel.from_dict(read_json(path))
+    cm.cache_path, cm.saved_t1 = path, cm.time(1)
+    cm.update(1, 0.029)
+    assert not cm.save_if_drifted()  # within 20%: left alone
+    for _ in range(100):
+        cm.update(1, 0.010)
+    assert cm.save_if_drifted()
+    saved = read_json(path)
+    assert saved["seconds"][0] == pytest.approx(0.010, rel=1e-3) and saved["model"] == "m"
+    for _ in range(100):
+        cm.update(1, 0.030)
+    assert not cm.save_if_drifted()  # at most once a minute
+    assert not CostModel([1], [0.01]).save_if_drifted()  # not from a cache file
+
+
+class _Timed:
+    """A backend stand-in whose forward takes what the schedule says (for the steadiness check)."""
+
+    vocab_size, n_ctx, name, model_id = 1000, 4096, "fake", "fake"
+
+    def __init__(self, schedule):
+        self.schedule = schedule
+        self.calls = 0
+
+    def truncate(self, seq, n):
+        pass
+
+    def forward(self, reqs):
+        import time as _t
+
+        self.calls += 1
+        _t.sleep(self.schedule(self.calls, len(reqs[0].tokens)))
+
+    def cost_key(self):
+        return "fake-steady-test"
+
+
+def test_unsteady_measurements_are_repeated_and_not_cached(tmp_path, monkeypatch):
+    from speculative import cost_model
+
+    monkeypatch.setenv("SPECULATIVE_CACHE_DIR", str(tmp_path))
+    fast, slow = 0.010, 0.040
+    steady = cost_model.measure_verify_cost(_Timed(lambda call, n: fast), sizes=(1, 2), context_tokens=0, repeats=3)
+    assert steady.steady
+    # the machine gets busy half-way: T(1) timed again at the end differs
+    flip = _Timed(lambda call, n: fast if call <= 5 else slow)
+    assert not cost_model.measure_verify_cost(flip, sizes=(1, 2), context_tokens=0, repeats=3).steady
+    # cached_verify_cost with sizes (1, 2): 11 forwards per measurement (context, warm-up, 3 x T(1),
+    # 3 x T(2), 3 x T(1) again); busy from the 6th of each: unsteady twice -> returned, not cached
+    monkeypatch.setattr(cost_model, "PROFILE_SIZES", (1, 2))
+    busy = _Timed(lambda call, n: fast if 1 <= call % 11 <= 5 else slow)
+    got = cost_model.cached_verify_cost(busy)
+    assert busy.calls == 22 and not got.steady and got.cache_path is None
+    assert not list(tmp_path.rglob("fake-steady-test.json"))
+    ok = cost_model.cached_verify_cost(_Timed(lambda call, n: fast))
+    assert ok.steady and ok.cache_path is not None and ok.cache_path.exists()
+    assert cost_model.cached_verify_cost(_Timed(lambda call, n: slow)).time(1) == ok.time(1)  # read back

@@ -13,6 +13,7 @@ long-run throughput.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from .backends.base import Backend, ForwardRequest
 
 #: forward sizes measured by :func:`measure_verify_cost`
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
+#: relative change of T(1) between the start and the end of a measurement beyond which it is not cached
+STEADY_TOLERANCE = 0.3
 
 
 @dataclass
@@ -31,7 +34,13 @@ class CostModel:
 
     Holds a measured table (``sizes`` -> ``seconds``), interpolated linearly
     between sizes and extrapolated by the last slope, and refines it online
-    from the engine's own timings (exponential moving average per n).
+    from the engine's own timings (exponential moving average per n). Sizes
+    not yet timed live follow the live ones in proportion: the table's shape
+    comes from the measurement, its scale from today's machine (a table
+    measured while the machine was busy would otherwise keep, say, T(8) of a
+    busy machine against T(1) of a quiet one, and never draft again).
+    A table read from the cache is written back when its T(1) has drifted
+    (:meth:`save_if_drifted`), so a bad measurement does not last.
 
     Attributes:
         sizes: forward sizes n (tokens), increasing.
@@ -43,6 +52,14 @@ class CostModel:
     seconds: list[float] = field(default_factory=lambda: [0.01, 0.02])
     context_tokens: int = 0
     ema: float = 0.1
+    #: sizes timed live in this process (the others are scaled along with them)
+    live: set = field(default_factory=set, repr=False, compare=False)
+    #: where the table is cached, and its T(1) there (see :meth:`save_if_drifted`)
+    cache_path: object = field(default=None, repr=False, compare=False)
+    saved_t1: float = field(default=0.0, repr=False, compare=False)
+    saved_at: float = field(default=-math.inf, repr=False, compare=False)
+    #: False when the machine's load changed while the table was measured (see :func:`measure_verify_cost`)
+    steady: bool = field(default=True, repr=False, compare=False)
 
     def time(self, n: int) -> float:
         """Estimated T(n) in seconds (n >= 1)."""
@@ -55,11 +72,19 @@ class CostModel:
         return float(np.interp(n, xs, ys))
 
     def update(self, n: int, seconds: float) -> None:
-        """Fold one measured forward of n tokens into the table."""
+        """Fold one measured forward of n tokens into the table; sizes not timed live yet scale along."""
         if n in self.sizes:
             i = self.sizes.index(n)
-            self.seconds[i] += self.ema * (seconds - self.seconds[i])
+            old = self.seconds[i]
+            self.seconds[i] += self.ema * (seconds - old)
+            if old > 0:
+                ratio = self.seconds[i] / old
+                for j, m in enumerate(self.sizes):
+                    if m != n and m not in self.live:
+                        self.seconds[j] *= ratio
+            self.live.add(n)
         else:
+            self.live.add(n)
             self.sizes.append(n)
             self.seconds.append(seconds)
             order = np.argsort(self.sizes)
@@ -69,6 +94,21 @@ class CostModel:
     def ceiling(self, k: int) -> float:
         """Best possible speedup at perfect acceptance with k draft tokens and a free drafter: (k+1)·T(1)/T(k+1)."""
         return (k + 1) * self.time(1) / self.time(k + 1)
+
+    def save_if_drifted(self, rel: float = 0.2, min_interval_s: float = 60.0) -> bool:
+        """Write the refined table back to its cache file when T(1) differs from the stored one by more
+        than ``rel`` (relative), at most once per ``min_interval_s``. Returns True when written."""
+        if self.cache_path is None or self.saved_t1 <= 0:
+            return False
+        t1 = self.time(1)
+        now = time.monotonic()
+        if abs(t1 / self.saved_t1 - 1.0) <= rel or now - self.saved_at < min_interval_s:
+            return False
+        from .cache import read_json, write_json_atomic
+
+        write_json_atomic(self.cache_path, {**read_json(self.cache_path), **self.to_dict()})
+        self.saved_t1, self.saved_at = t1, now
+        return True
 
     def to_dict(self) -> dict:
         return {"sizes": list(self.sizes), "seconds": list(self.seconds), "context_tokens": self.context_tokens}
@@ -89,6 +129,9 @@ def measure_verify_cost(
 
     A context of ``context_tokens`` tokens is prefilled first; every timed
     forward is rolled back afterwards. The sequence's cache is cleared at the end.
+    The smallest size is timed again at the end: the result's ``steady`` is False
+    when the two differ by more than :data:`STEADY_TOLERANCE` (the machine's load
+    changed during the measurement).
     """
     rng = np.random.default_rng(0)
     ctx = rng.integers(100, min(backend.vocab_size, 30000), size=context_tokens).tolist()
@@ -99,39 +142,58 @@ def measure_verify_cost(
             backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
         backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
         backend.truncate(seq_id, context_tokens)
-        out = []
-        for n in sizes:
+
+        def timed(n: int) -> float:
             ts = []
             for _ in range(repeats):
                 t = time.perf_counter()
                 backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
                 ts.append(time.perf_counter() - t)
                 backend.truncate(seq_id, context_tokens)
-            out.append(float(np.median(ts)))
+            return float(np.median(ts))
+
+        out = [timed(n) for n in sizes]
+        t1_again = timed(sizes[0])  # the machine's load may have changed while measuring
     finally:
         backend.truncate(seq_id, 0)
     # costs never fall with more tokens: smooth out timer noise
+    steady = abs(t1_again / out[0] - 1.0) <= STEADY_TOLERANCE if out[0] > 0 else False
     out = np.maximum.accumulate(out).tolist()
-    return CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens)
+    model = CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens)
+    model.steady = steady
+    return model
 
 
 def cached_verify_cost(backend: Backend) -> CostModel:
-    """The backend's :class:`CostModel` from the cache folder, measured (about a second) and stored if missing."""
+    """The backend's :class:`CostModel` from the cache folder, measured (about a second) and stored if missing.
+
+    A measurement during which the machine's load changed (``steady`` False) is repeated once, and
+    not cached if it is still unsteady. The returned model remembers its cache file, so that
+    :meth:`CostModel.save_if_drifted` can correct it later.
+    """
     from .cache import cache_dir, read_json, write_json_atomic
 
     key = backend.cost_key()
     path = cache_dir("cost") / f"{key}.json"
     data = read_json(path)
     if data.get("sizes"):
-        return CostModel.from_dict(data)
-    context_tokens = 256
-    if backend.n_ctx < context_tokens + max(PROFILE_SIZES):
-        # a window too small for the standard measurement: measure what fits, for this backend only
-        sizes = [s for s in PROFILE_SIZES if s < backend.n_ctx] or [1]
-        return measure_verify_cost(backend, sizes=sizes, context_tokens=max(0, backend.n_ctx - 1 - max(sizes)),
-                                   repeats=3)
-    model = measure_verify_cost(backend, context_tokens=context_tokens, repeats=3)
-    write_json_atomic(path, {**model.to_dict(), "model": backend.model_id, "backend": backend.name})
+        model = CostModel.from_dict(data)
+    else:
+        context_tokens = 256
+        if backend.n_ctx < context_tokens + max(PROFILE_SIZES):
+            # a window too small for the standard measurement: measure what fits, for this backend only
+            sizes = [s for s in PROFILE_SIZES if s < backend.n_ctx] or [1]
+            return measure_verify_cost(backend, sizes=sizes, context_tokens=max(0, backend.n_ctx - 1 - max(sizes)),
+                                       repeats=3)
+        print(f"[speculative] measuring the cost of {backend.model_id}'s forward passes T(n) on this machine "
+              f"(once; cached under {path.parent})", file=sys.stderr, flush=True)
+        model = measure_verify_cost(backend, PROFILE_SIZES, context_tokens=context_tokens, repeats=3)
+        if not model.steady:  # measured while the load changed: once more, and cache it only if steady
+            model = measure_verify_cost(backend, PROFILE_SIZES, context_tokens=context_tokens, repeats=3)
+        if not model.steady:
+            return model  # used in this process only (and refined online)
+        write_json_atomic(path, {**model.to_dict(), "model": backend.model_id, "backend": backend.name})
+    model.cache_path, model.saved_t1 = path, model.time(1)
     return model
 
 

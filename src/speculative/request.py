@@ -500,6 +500,7 @@ class DecodeRequest:
         if self.cost is not None and not self._released:
             self._released = True
             self.drafter.end_request(self.stats.wall_time_s - self.stats.prefill_time_s, self.stats.draft_tokens > 0)
+            self.cost.save_if_drifted()
         if self.dstate is not None:
             self.drafter.finish(self.dstate)
             self.dstate = None
