@@ -82,3 +82,49 @@ def test_shipped_eagle_tree_greedy_identity_transformers(prompts10):
         assert nodes > 0
     finally:
         gen.close()
+
+
+def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
+    """A head drafter silenced by a negative measured saving decodes the request plainly: no hidden
+    states asked of the target, no drafter state, no proposal; output as plain decoding. The next
+    request that re-measures it (budget spent) drafts again, with hidden states."""
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="eagle:smollm2-135m-instruct-eagle",
+                                               n_ctx=2048)
+    try:
+        d, target = gen.drafter, gen.target
+        plain = SpeculativeGenerator(target, NoDrafter())
+        ids = gen.encode_prompt(prompts10[0]["turns"][0])
+        want = plain.generate(ids, max_new_tokens=24).token_ids
+        seen = {"hidden": 0, "propose": 0, "start": 0}
+        fwd, prop, start = target.forward, d.propose, d.start_request
+
+        def spy_forward(reqs):
+            seen["hidden"] += sum(bool(r.hidden) for r in reqs)
+            return fwd(reqs)
+
+        def spy_propose(*a, **kw):
+            seen["propose"] += 1
+            return prop(*a, **kw)
+
+        def spy_start(*a, **kw):
+            seen["start"] += 1
+            return start(*a, **kw)
+
+        monkeypatch.setattr(target, "forward", spy_forward)
+        monkeypatch.setattr(d, "propose", spy_propose)
+        monkeypatch.setattr(d, "start_request", spy_start)
+        # silenced, with a re-measure far away: a large loss, no time sat out yet
+        monkeypatch.setattr(d, "_saving", -0.01)
+        monkeypatch.setattr(d, "_measure_net", -1e9)
+        monkeypatch.setattr(d, "_silent_s", 0.0)
+        r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4)
+        assert r.token_ids == want and r.stats.draft_tokens == 0
+        assert seen == {"hidden": 0, "propose": 0, "start": 0}, seen
+        # the budget is spent: this request measures afresh, with hidden states and proposals
+        monkeypatch.setattr(d, "_measure_net", -0.01)
+        monkeypatch.setattr(d, "_silent_s", 100.0)
+        r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4, draft_policy="adaptive")
+        assert r.token_ids == want
+        assert seen["hidden"] > 0 and seen["start"] == 1 and seen["propose"] > 0, seen
+    finally:
+        gen.close()

@@ -85,6 +85,10 @@ class DecodeRequest:
         self.draft_cost_per_token = (self.drafter.draft_cost_estimate() or 0.0) if self.cost is not None else 0.0
         if self.cost is not None:
             self.drafter.begin_request()  # a drafter silenced by a negative measured saving is measured afresh now and then
+        #: a request that starts with its drafter silenced decodes plainly: no drafter state, no hidden
+        #: states from the target, no proposals (the drafter costs nothing in it)
+        self.silent = self.cost is not None and self.drafter.silenced
+        self._hidden = self.drafter.needs_hidden and not self.silent
         self._t0 = 0.0
         self._target_t0 = 0.0
         self._proposal: DraftProposal | None = None
@@ -119,7 +123,9 @@ class DecodeRequest:
         kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
         self.stats.cached_prompt_tokens = kept
         L = len(self.prompt_ids)
-        if self.drafter.needs_hidden:
+        if self.silent:
+            logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
+        elif self._hidden:
             # the drafter reads the target's hidden states of the last `hidden_window` prompt tokens
             split = max(kept, L - self.drafter.hidden_window)
             if split > kept:
@@ -170,6 +176,8 @@ class DecodeRequest:
         if self.cost is not None:
             t1 = self.cost.time(1)
             min_conf = self.rate() * ((self.cost.time(self.k + 1) - t1) / self.k + self.draft_cost_per_token)
+            if self.silent:
+                m_max = 0  # silenced for this request (see __init__)
             if m_max > 0 and not self.drafting_can_pay(m_max):
                 m_max = 0  # not even a perfectly accepted draft would pay: do not run the drafter
             if m_max > 0 and not self.afford_catchup():
@@ -344,7 +352,7 @@ class DecodeRequest:
         self._pending = P
         self._t_verify = time.perf_counter()
         self._n_cached = n_cached
-        hidden = self.drafter.needs_hidden
+        hidden = self._hidden
         if prop.parents is None:
             self._tree = None
             self._draft = prop.tokens[: int(selection)]
@@ -363,7 +371,7 @@ class DecodeRequest:
     def commit(self, logits: np.ndarray, forward_s: float | None = None, hidden: np.ndarray | None = None) -> list[int]:
         """Verify the draft against the target's logits (last committed token, then each draft token),
         roll back, emit tokens. ``hidden``: the forward's hidden states, for drafters that read them."""
-        lead = self._pending - 1 if self.drafter.needs_hidden else 0
+        lead = self._pending - 1 if self._hidden else 0
         if lead:
             hidden_all, logits = hidden, logits[lead:]
         else:
@@ -392,7 +400,7 @@ class DecodeRequest:
         self.stats.record_step(len(draft), res.num_accepted)
         self.drafter.observe_verification(len(draft), res.num_accepted)
         self._observe_saving(res.num_accepted, forward_s)
-        if self.drafter.needs_hidden and hidden_all is not None:
+        if self._hidden and hidden_all is not None:
             # fed tokens: the pending ones and the accepted draft tokens, at consecutive positions
             self.drafter.observe_hidden(self.dstate, self._n_cached, hidden_all[: self._pending + res.num_accepted])
         return self._finish_step(draft[: res.num_accepted] + [res.next_token], logits)
@@ -428,7 +436,7 @@ class DecodeRequest:
             res = tree_rejection_sample(lambda u: sampler.probs(row(u)), toks, parents, child_probs, self.rng)
         P = self._pending
         kept = self.target.commit_path(self.seq, list(range(P)) + [P + i for i in res.path])
-        if self.drafter.needs_hidden and hidden is not None:
+        if self._hidden and hidden is not None:
             idx = (list(range(P)) + [P + i for i in res.path])[:kept]
             self.drafter.observe_hidden(self.dstate, self._n_cached, hidden[idx])
         depth = max(tree_depths(parents), default=0)

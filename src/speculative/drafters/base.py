@@ -259,6 +259,12 @@ class Drafter(abc.ABC):
         if not drafted and self._saving is not None and self._saving <= 0.0:
             self._silent_s += max(0.0, decode_s)
 
+    @property
+    def silenced(self) -> bool:
+        """True while a negative measured net saving silences the drafter (until :meth:`begin_request`
+        forgets the measurement): a request that starts silenced decodes plainly and never calls it."""
+        return self._saving is not None and self._saving <= 0.0
+
     def measured_saving_per_token(self) -> float | None:
         """Seconds saved per generated token while drafting, as measured over recent drafted steps
         (their average net saving over their average tokens); None before any was measured."""
