@@ -27,8 +27,10 @@ ODD_AND_LARGE = (3, 7, 13, 32, 64)
 
 def test_parse_system_info():
     k = parse_system_info("CPU : SSE3 = 1 | AVX2 = 1 | BATCH_INVARIANT_MM = 1 | OPENMP = 1 | REPACK = 1 |")
-    assert k.batch_invariant_mm and k.avx2 and not k.llamafile
-    assert all(t in k.summary for t in MULTI_TOKEN_TYPES)
+    assert k.batch_invariant_mm and k.avx2 and not k.llamafile and not k.avx512
+    assert all(t in k.summary for t in MULTI_TOKEN_TYPES) and "multi-row" not in k.summary
+    k = parse_system_info("CPU : AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | BATCH_INVARIANT_MM = 1 |")
+    assert k.avx512 and "multi-row tiles" in k.summary
     k = parse_system_info("CPU : SSE3 = 1 | AVX2 = 1 | LLAMAFILE = 1 |")
     assert not k.batch_invariant_mm and k.llamafile and "per-pair vec_dot" in k.summary
 
@@ -77,3 +79,9 @@ def test_native_kernels_bit_for_bit(tmp_path):
     for t in MULTI_TOKEN_TYPES:  # every kernel ran and matched
         line = f"{t.lower():5s} multi-token kernel: yes  kernel mismatches: 0, mul_mat column mismatches: 0"
         assert line in run.stdout.lower(), run.stdout
+    # the multi-row tiles of Q4_K and Q6_K (builds with AVX-512BW/VL): ran and matched
+    if "multi-row kernels: 2" in run.stdout:
+        for t in ("q4_K", "q6_K"):
+            assert f"{t}  multi-row kernel: yes  kernel mismatches: 0" in run.stdout, run.stdout
+    else:
+        assert "multi-row kernels: 0" in run.stdout and not kernel_info().avx512, run.stdout

@@ -33,18 +33,22 @@ class KernelInfo:
         batch_invariant_mm: the patch's multi-token kernels are built in ("BATCH_INVARIANT_MM = 1").
         llamafile: llamafile's sgemm is built in (batch-variant; exact mode cannot use this build).
         avx2: the CPU backend was compiled with AVX2 (the multi-token kernels need it).
+        avx512: compiled with AVX-512 (Q4_K and Q6_K then run 512-bit kernels, and from about 9
+            tokens on tiles of up to 16 weight rows x 16 tokens).
     """
 
     batch_invariant_mm: bool
     llamafile: bool
     avx2: bool
+    avx512: bool = False
 
     @property
     def summary(self) -> str:
         """One line for ``speculative doctor``."""
         if self.batch_invariant_mm and self.avx2:
+            rows = "; Q4_K, Q6_K: 512-bit, multi-row tiles from 9 tokens" if self.avx512 else ""
             return (f"batch-invariant multi-token kernels for {', '.join(MULTI_TOKEN_TYPES)} "
-                    "(one weight unpack per token group; other types: per-pair vec_dot)")
+                    f"(one weight unpack per token group{rows}; other types: per-pair vec_dot)")
         if self.batch_invariant_mm:
             return "batch-invariant build without AVX2: per-pair vec_dot for every type (exact, not faster)"
         return "per-pair vec_dot (exact; a forward over n tokens costs about n single-token forwards)"
@@ -53,7 +57,7 @@ class KernelInfo:
 def parse_system_info(info: str) -> KernelInfo:
     """Parse llama.cpp's ``llama_print_system_info()`` line ('CPU : AVX2 = 1 | ... |')."""
     flags = {part.split("=")[0].strip() for part in info.replace(":", "|").split("|") if part.strip().endswith("= 1")}
-    return KernelInfo("BATCH_INVARIANT_MM" in flags, "LLAMAFILE" in flags, "AVX2" in flags)
+    return KernelInfo("BATCH_INVARIANT_MM" in flags, "LLAMAFILE" in flags, "AVX2" in flags, "AVX512" in flags)
 
 
 def kernel_info() -> KernelInfo:
