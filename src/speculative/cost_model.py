@@ -54,6 +54,7 @@ class CostModel:
     ema: float = 0.1
     #: sizes timed live in this process (the others are scaled along with them)
     live: set = field(default_factory=set, repr=False, compare=False)
+    _measured: dict | None = field(default=None, repr=False, compare=False)  # the table before live timings
     #: where the table is cached, and its T(1) there (see :meth:`save_if_drifted`)
     cache_path: object = field(default=None, repr=False, compare=False)
     saved_t1: float = field(default=0.0, repr=False, compare=False)
@@ -72,24 +73,29 @@ class CostModel:
         return float(np.interp(n, xs, ys))
 
     def update(self, n: int, seconds: float) -> None:
-        """Fold one measured forward of n tokens into the table; sizes not timed live yet scale along."""
+        """Fold one measured forward of n tokens into the table; sizes not timed live yet scale along.
+
+        The scale of the sizes not timed live is the geometric mean, over the table's sizes that
+        were, of their live value over their measured one: one factor for the whole table (a
+        product of each size's drift would compound noise across sizes).
+        """
+        if self._measured is None:
+            self._measured = dict(zip(self.sizes, self.seconds))
         if n in self.sizes:
             i = self.sizes.index(n)
-            old = self.seconds[i]
-            self.seconds[i] += self.ema * (seconds - old)
-            if old > 0:
-                ratio = self.seconds[i] / old
-                for j, m in enumerate(self.sizes):
-                    if m != n and m not in self.live:
-                        self.seconds[j] *= ratio
-            self.live.add(n)
+            self.seconds[i] += self.ema * (seconds - self.seconds[i])
         else:
-            self.live.add(n)
             self.sizes.append(n)
             self.seconds.append(seconds)
             order = np.argsort(self.sizes)
             self.sizes = [self.sizes[i] for i in order]
             self.seconds = [self.seconds[i] for i in order]
+        self.live.add(n)
+        now = dict(zip(self.sizes, self.seconds))
+        logs = [math.log(now[m] / t) for m, t in self._measured.items() if m in self.live and t > 0 and now[m] > 0]
+        if logs:
+            scale = math.exp(sum(logs) / len(logs))
+            self.seconds = [now[m] if m in self.live else self._measured[m] * scale for m in self.sizes]
 
     def ceiling(self, k: int) -> float:
         """Best possible speedup at perfect acceptance with k draft tokens and a free drafter: (k+1)·T(1)/T(k+1)."""
