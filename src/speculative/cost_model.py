@@ -165,9 +165,7 @@ def measure_verify_cost(
     # costs never fall with more tokens: smooth out timer noise
     steady = abs(t1_again / out[0] - 1.0) <= STEADY_TOLERANCE if out[0] > 0 else False
     out = np.maximum.accumulate(out).tolist()
-    model = CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens)
-    model.steady = steady
-    return model
+    return CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens, steady=steady)
 
 
 def cached_verify_cost(backend: Backend) -> CostModel:

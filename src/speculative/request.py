@@ -123,9 +123,7 @@ class DecodeRequest:
         kept = target.reuse_prefix(self.seq, self.prompt_ids, keep_last=1)
         self.stats.cached_prompt_tokens = kept
         L = len(self.prompt_ids)
-        if self.silent:
-            logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
-        elif self._hidden:
+        if self._hidden:
             # the drafter reads the target's hidden states of the last `hidden_window` prompt tokens
             split = max(kept, L - self.drafter.hidden_window)
             if split > kept:
@@ -137,7 +135,8 @@ class DecodeRequest:
             self.drafter.observe_hidden(self.dstate, split, out.hidden)
         else:
             logits = target.forward([ForwardRequest(self.seq, self.prompt_ids[kept:], logits="last")])[0].logits
-            self.dstate = self.drafter.start_request(self.prompt_ids, self.messages)
+            if not self.silent:  # a silenced drafter keeps no state in this request
+                self.dstate = self.drafter.start_request(self.prompt_ids, self.messages)
         self.context = list(self.prompt_ids)
         rows = logits[-1:]
         if self.sampler.uses_history:

@@ -54,6 +54,26 @@ static int failures = 0;
 static const int kN[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 31, 32, 33, 64 };
 #define N_SIZES ((int) (sizeof(kN) / sizeof(kN[0])))
 
+// the tokens' activations quantized to the kernel's partner type, strided (aq, rows of astride bytes)
+// and contiguous (aqc, rows of arow bytes)
+static void quantize_tokens(const struct ggml_type_traits_cpu * tv, const float * af, int64_t k, int ntok,
+                            char * aq, size_t astride, char * aqc, size_t arow) {
+    for (int t = 0; t < ntok; ++t) {
+        tv->from_float(af + t * k, aq + t * astride, k);
+        memcpy(aqc + t * arow, aq + t * astride, arow);
+    }
+}
+
+// the reference: ref[r*ntok + t] = vec_dot(weight row r, token t), one pair at a time
+static void reference_dots(const struct ggml_type_traits_cpu * tc, int64_t k, const char * w, size_t wrow, int nrows,
+                           const char * a, size_t arow, int ntok, float * ref) {
+    for (int r = 0; r < nrows; ++r) {
+        for (int t = 0; t < ntok; ++t) {
+            tc->vec_dot((int) k, &ref[r * ntok + t], 0, w + r * wrow, 0, a + t * arow, 0, 1);
+        }
+    }
+}
+
 // kernel-level check: returns number of mismatching outputs
 static int check_kernel(enum ggml_type type, int64_t k, int nrows, int mode) {
     const struct ggml_type_traits_cpu * tc = ggml_get_type_traits_cpu(type);
@@ -77,15 +97,8 @@ static int check_kernel(enum ggml_type type, int64_t k, int nrows, int mode) {
     fill(wf, k * nrows, mode);
     fill(af, k * ntok, mode);
     ggml_quantize_chunk(type, wf, wq, 0, nrows, k, NULL);
-    for (int t = 0; t < ntok; ++t) {
-        tv->from_float(af + t * k, aq + t * astride, k);
-        memcpy(aqc + t * arow, aq + t * astride, arow);
-    }
-    for (int r = 0; r < nrows; ++r) {
-        for (int t = 0; t < ntok; ++t) {
-            tc->vec_dot((int) k, &ref[r * ntok + t], 0, wq + r * wrow, 0, aq + t * astride, 0, 1);
-        }
-    }
+    quantize_tokens(tv, af, k, ntok, aq, astride, aqc, arow);
+    reference_dots(tc, k, wq, wrow, nrows, aq, astride, ntok, ref);
     int bad = 0;
     for (int r = 0; r < nrows; ++r) {
         for (int si = 0; si < N_SIZES; ++si) {
@@ -151,15 +164,8 @@ static int check_kernel_rows(enum ggml_type type, int64_t k, int mode) {
     for (int r = 0; r < maxr; ++r) {
         memcpy(wq + r * wstride, wqc + r * wrow, wrow);
     }
-    for (int t = 0; t < ntok; ++t) {
-        tv->from_float(af + t * k, aq + t * astride, k);
-        memcpy(aqc + t * arow, aq + t * astride, arow);
-    }
-    for (int r = 0; r < maxr; ++r) {
-        for (int t = 0; t < ntok; ++t) {
-            tc->vec_dot((int) k, &ref[r * ntok + t], 0, wqc + r * wrow, 0, aqc + t * arow, 0, 1);
-        }
-    }
+    quantize_tokens(tv, af, k, ntok, aq, astride, aqc, arow);
+    reference_dots(tc, k, wqc, wrow, maxr, aqc, arow, ntok, ref);
     int bad = 0;
     for (int ri = 0; ri < N_ROWCOUNTS; ++ri) {
         const int nr = kR[ri];
