@@ -33,8 +33,8 @@ class KernelInfo:
         batch_invariant_mm: the patch's multi-token kernels are built in ("BATCH_INVARIANT_MM = 1").
         llamafile: llamafile's sgemm is built in (batch-variant; exact mode cannot use this build).
         avx2: the CPU backend was compiled with AVX2 (the multi-token kernels need it).
-        avx512: compiled with AVX-512 (Q4_K and Q6_K then run 512-bit kernels, and from about 9
-            tokens on tiles of up to 16 weight rows x 16 tokens).
+        avx512: compiled with AVX-512 (every multi-token type then also has 512-bit tiles of up to
+            16 weight rows x 16 tokens: Q4_1, Q5_0 and Q8_0 from 2 tokens on, Q4_K and Q6_K from 9).
     """
 
     batch_invariant_mm: bool
@@ -46,7 +46,8 @@ class KernelInfo:
     def summary(self) -> str:
         """One line for ``speculative doctor``."""
         if self.batch_invariant_mm and self.avx2:
-            rows = "; Q4_K, Q6_K: 512-bit, multi-row tiles from 9 tokens" if self.avx512 else ""
+            rows = ("; 512-bit multi-row tiles: Q4_1, Q5_0, Q8_0 from 2 tokens, Q4_K, Q6_K from 9"
+                    if self.avx512 else "")
             return (f"batch-invariant multi-token kernels for {', '.join(MULTI_TOKEN_TYPES)} "
                     f"(one weight unpack per token group{rows}; other types: per-pair vec_dot)")
         if self.batch_invariant_mm:
