@@ -1,6 +1,7 @@
 """The cost model and the analysis formulas, against hand-computed values."""
 
 
+import numpy as np
 import pytest
 
 from speculative.cost_model import (
@@ -150,7 +151,7 @@ def test_sizes_not_timed_live_follow_the_live_ones():
 
 
 def test_noisy_live_timings_do_not_compound_across_sizes():
-    rng = __import__("numpy").random.default_rng(0)
+    rng = np.random.default_rng(0)
     cm = CostModel([1, 2, 3, 4, 5, 6, 8, 10, 12, 16], [0.01 * (1 + 0.5 * (n - 1)) for n in (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)])
     # four sizes timed live, each 30% slower than measured, with noise; six never timed
     for _ in range(3000):
