@@ -16,7 +16,14 @@ import subprocess
 
 import pytest
 
-from speculative.kernels import MULTI_TOKEN_TYPES, kernel_info, llama_lib_dir, parse_system_info, patched_include_dir
+from speculative.kernels import (
+    MULTI_ROW_TYPES_AVX2,
+    MULTI_TOKEN_TYPES,
+    kernel_info,
+    llama_lib_dir,
+    parse_system_info,
+    patched_include_dir,
+)
 from speculative.models import REGISTRY
 from speculative.numerics import check_batch_invariance
 
@@ -28,9 +35,10 @@ ODD_AND_LARGE = (3, 7, 13, 32, 64)
 def test_parse_system_info():
     k = parse_system_info("CPU : SSE3 = 1 | AVX2 = 1 | BATCH_INVARIANT_MM = 1 | OPENMP = 1 | REPACK = 1 |")
     assert k.batch_invariant_mm and k.avx2 and not k.llamafile and not k.avx512
-    assert all(t in k.summary for t in MULTI_TOKEN_TYPES) and "multi-row" not in k.summary
+    assert all(t in k.summary for t in MULTI_TOKEN_TYPES)
+    assert "256-bit multi-row tiles: Q4_K, Q6_K" in k.summary and "512-bit" not in k.summary
     k = parse_system_info("CPU : AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | BATCH_INVARIANT_MM = 1 |")
-    assert k.avx512 and "multi-row tiles" in k.summary
+    assert k.avx512 and "512-bit multi-row tiles" in k.summary
     k = parse_system_info("CPU : SSE3 = 1 | AVX2 = 1 | LLAMAFILE = 1 |")
     assert not k.batch_invariant_mm and k.llamafile and "per-pair vec_dot" in k.summary
 
@@ -79,9 +87,8 @@ def test_native_kernels_bit_for_bit(tmp_path):
     for t in MULTI_TOKEN_TYPES:  # every kernel ran and matched
         line = f"{t.lower():5s} multi-token kernel: yes  kernel mismatches: 0, mul_mat column mismatches: 0"
         assert line in run.stdout.lower(), run.stdout
-    # the multi-row tiles of every multi-token type (builds with AVX-512BW/VL): ran and matched
-    if f"multi-row kernels: {len(MULTI_TOKEN_TYPES)}" in run.stdout:
-        for t in MULTI_TOKEN_TYPES:
-            assert f"{t.lower():5s} multi-row kernel: yes  kernel mismatches: 0" in run.stdout.lower(), run.stdout
-    else:
-        assert "multi-row kernels: 0" in run.stdout and not kernel_info().avx512, run.stdout
+    # the multi-row tiles (every multi-token type with AVX-512BW/VL, the K-quants with AVX2 only): ran and matched
+    row_types = MULTI_TOKEN_TYPES if kernel_info().avx512 else MULTI_ROW_TYPES_AVX2
+    assert f"multi-row kernels: {len(row_types)}" in run.stdout, run.stdout
+    for t in row_types:
+        assert f"{t.lower():5s} multi-row kernel: yes  kernel mismatches: 0" in run.stdout.lower(), run.stdout

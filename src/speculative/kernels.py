@@ -23,6 +23,8 @@ PATCH = ROOT / "patches" / "llama-cpp-batch-invariant.patch"
 LLAMA_CPP_VERSION = "0.3.36"  # the version scripts/setup.sh pins and the patch is made for
 #: weight types with a multi-token kernel in the patch (x86-64 with AVX2)
 MULTI_TOKEN_TYPES = ("Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K")
+#: weight types with multi-row tiles in a build with AVX2 and no AVX-512 (with AVX-512: every multi-token type)
+MULTI_ROW_TYPES_AVX2 = ("Q4_K", "Q6_K")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class KernelInfo:
         llamafile: llamafile's sgemm is built in (batch-variant; exact mode cannot use this build).
         avx2: the CPU backend was compiled with AVX2 (the multi-token kernels need it).
         avx512: compiled with AVX-512 (every multi-token type then also has 512-bit tiles of up to
-            16 weight rows x 16 tokens: Q4_1, Q5_0 and Q8_0 from 2 tokens on, Q4_K and Q6_K from 9).
+            16 weight rows x 16 tokens: Q4_1, Q5_0 and Q8_0 from 2 tokens on, Q4_K and Q6_K from 9;
+            with AVX2 only, Q4_K and Q6_K have 256-bit tiles of up to 16 rows x 8 tokens, from 3).
     """
 
     batch_invariant_mm: bool
@@ -47,7 +50,7 @@ class KernelInfo:
         """One line for ``speculative doctor``."""
         if self.batch_invariant_mm and self.avx2:
             rows = ("; 512-bit multi-row tiles: Q4_1, Q5_0, Q8_0 from 2 tokens, Q4_K, Q6_K from 9"
-                    if self.avx512 else "")
+                    if self.avx512 else f"; 256-bit multi-row tiles: {', '.join(MULTI_ROW_TYPES_AVX2)} from 3 tokens")
             return (f"batch-invariant multi-token kernels for {', '.join(MULTI_TOKEN_TYPES)} "
                     f"(one weight unpack per token group{rows}; other types: per-pair vec_dot)")
         if self.batch_invariant_mm:
