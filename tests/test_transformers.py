@@ -122,6 +122,44 @@ def test_greedy_identity_smollm2(hf_smol, smol_weak_path, prompts10):
     print(f"near-ties seen: {ties}")
 
 
+@pytest.mark.parametrize("form", ["transposed", "torch"])
+def test_greedy_identity_with_each_cpu_linear_form(form, prompts10):
+    """Both CPU linear forms (speculative.backends.cpu_linear; "auto" picks one per machine, so force
+    each): speculative output equals plain greedy, and a batched forward's logits stay within fp32
+    rounding of one-token forwards."""
+    from speculative.backends.transformers import TransformersBackend
+    from speculative.models import resolve
+
+    b = TransformersBackend(resolve("smollm2-135m-instruct"), device="cpu", n_ctx=2048, cpu_linear=form)
+    self_model = build_drafter("model:smollm2-135m-instruct", b)
+    ties: list = []
+    drafted = accepted = 0
+    try:
+        assert b.cpu_linear == form
+        ids = b.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+        b.forward([ForwardRequest(0, ids[:-6], logits="none")])
+        batched = b.forward([ForwardRequest(0, ids[-6:], logits="all")])[0].logits.copy()
+        b.truncate(0, len(ids) - 6)
+        single = np.concatenate([b.forward([ForwardRequest(0, [t], logits="all")])[0].logits for t in ids[-6:]])
+        b.truncate(0, 0)
+        assert np.abs(batched - single).max() < 1e-3
+        plain_gen = SpeculativeGenerator(b, NoDrafter())
+        for row in prompts10[:3]:
+            ids = plain_gen.encode_prompt(row["turns"][0])
+            plain = plain_gen.generate(ids, max_new_tokens=24).token_ids
+            for d in (NgramDrafter(1, 3), self_model):
+                r = SpeculativeGenerator(b, d).generate(ids, max_new_tokens=24, num_speculative_tokens=4,
+                                                        draft_policy="fixed")
+                label = f"hf smollm2 {form} q{row['question_id']} {d.description}"
+                assert_greedy_identical(b, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
+                drafted += r.stats.draft_tokens
+                accepted += r.stats.accepted_tokens
+    finally:
+        self_model.close()
+        b.close()
+    assert 0 < accepted < drafted
+
+
 def test_greedy_identity_gemma(hf_gemma, prompts10):
     d = build_drafter("model:gemma-3-270m", hf_gemma)
     ties: list = []

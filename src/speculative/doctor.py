@@ -81,6 +81,10 @@ def run_doctor(check_models: bool = True) -> int:
 
         cuda = torch.cuda.is_available()
         r.info("PyTorch device", f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu")
+        if not cuda:
+            from .backends.cpu_linear import summary
+
+            r.info("PyTorch CPU linear layers", summary())
     except ImportError:
         pass
 

@@ -12,7 +12,8 @@ any position.
 
 Numerics: in fp32 on CPU a position's logits differ by up to ~6e-5 between a
 forward of 1 and of 2-8 tokens, so greedy speculation equals plain greedy
-except at near-ties; ``batch_invariant`` is False for this backend.
+except at near-ties; ``batch_invariant`` is False for this backend. On CPU, linear layers may
+compute several rows as ``(W @ x.T).T`` where that is measured faster (:mod:`.cpu_linear`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ class TransformersBackend(Backend):
         n_ctx: positions per sequence (default 4096, capped at the model's maximum).
         n_threads: PyTorch CPU threads (default: PyTorch's choice).
         max_sequences: sequences held at once.
+        cpu_linear: on CPU, "auto" (default: ``$SPECULATIVE_CPU_LINEAR`` or "auto"), "transposed" or
+            "torch": how linear layers compute several rows (see :mod:`.cpu_linear`; "auto" measures
+            once per machine and keeps the faster).
 
     Raises:
         BackendUnavailableError: torch or transformers missing.
@@ -136,6 +140,7 @@ class TransformersBackend(Backend):
         n_threads: int | None = None,
         max_sequences: int = 1,
         model_id: str | None = None,
+        cpu_linear: str | None = None,
     ):
         super().__init__()
         torch = self._torch = _torch()
@@ -170,6 +175,11 @@ class TransformersBackend(Backend):
         except (OSError, ValueError) as e:
             raise ModelLoadError(f"transformers could not load {source.name}: {e}") from e
         self.model.eval()
+        self.cpu_linear = "torch"
+        if self.device.type == "cpu":
+            from .cpu_linear import install
+
+            self.cpu_linear = install(self.model, cpu_linear)
         cfg = self.model.config.get_text_config(decoder=True)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.hidden_size = int(cfg.hidden_size)
@@ -208,7 +218,8 @@ class TransformersBackend(Backend):
         return int(sum(p.numel() for p in self.model.parameters() if id(p) not in skip))
 
     def _cost_identity(self) -> str:
-        return f"{self.source.location}|{self.device}|{self.dtype}|threads={self._torch.get_num_threads()}"
+        threads = self._torch.get_num_threads()
+        return f"{self.source.location}|{self.device}|{self.dtype}|threads={threads}|linear={self.cpu_linear}"
 
     # ---- caches --------------------------------------------------------------------
 
