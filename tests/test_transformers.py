@@ -122,6 +122,14 @@ def test_greedy_identity_smollm2(hf_smol, smol_weak_path, prompts10):
     print(f"near-ties seen: {ties}")
 
 
+def _fixed_k_against_plain(spec_gen, ids, plain, label, ties, k=4):
+    """Generate len(plain) tokens with k draft tokens a step; assert plain greedy's output (up to near-ties);
+    return (draft tokens, accepted tokens)."""
+    r = spec_gen.generate(ids, max_new_tokens=len(plain), num_speculative_tokens=k, draft_policy="fixed")
+    assert_greedy_identical(spec_gen.target, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
+    return r.stats.draft_tokens, r.stats.accepted_tokens
+
+
 @pytest.mark.parametrize("form", ["transposed", "torch"])
 def test_greedy_identity_with_each_cpu_linear_form(form, prompts10):
     """Both CPU linear forms (speculative.backends.cpu_linear; "auto" picks one per machine, so force
@@ -148,12 +156,9 @@ def test_greedy_identity_with_each_cpu_linear_form(form, prompts10):
             ids = plain_gen.encode_prompt(row["turns"][0])
             plain = plain_gen.generate(ids, max_new_tokens=24).token_ids
             for d in (NgramDrafter(1, 3), self_model):
-                r = SpeculativeGenerator(b, d).generate(ids, max_new_tokens=24, num_speculative_tokens=4,
-                                                        draft_policy="fixed")
                 label = f"hf smollm2 {form} q{row['question_id']} {d.description}"
-                assert_greedy_identical(b, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
-                drafted += r.stats.draft_tokens
-                accepted += r.stats.accepted_tokens
+                n_d, n_a = _fixed_k_against_plain(SpeculativeGenerator(b, d), ids, plain, label, ties)
+                drafted, accepted = drafted + n_d, accepted + n_a
     finally:
         self_model.close()
         b.close()
@@ -194,11 +199,9 @@ def test_cross_vocab_greedy_identity_gemma(hf_gemma, prompts10):
         for row in [r for r in prompts10 if r["category"] in ("mt_bench", "summarization", "qa")][:3]:
             ids = plain_gen.encode_prompt(row["turns"][0])
             plain = plain_gen.generate(ids, max_new_tokens=16).token_ids
-            r = spec_gen.generate(ids, max_new_tokens=16, num_speculative_tokens=4, draft_policy="fixed")
             label = f"hf gemma q{row['question_id']} smollm2 text bridge"
-            assert_greedy_identical(hf_gemma, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
-            drafted += r.stats.draft_tokens
-            accepted += r.stats.accepted_tokens
+            n_d, n_a = _fixed_k_against_plain(spec_gen, ids, plain, label, ties)
+            drafted, accepted = drafted + n_d, accepted + n_a
     finally:
         d.close()
     assert 0 < accepted < drafted
