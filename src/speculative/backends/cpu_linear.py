@@ -8,12 +8,12 @@ rows as nearly separate passes over ``W``. Measured on an AMD EPYC (Zen 3, AVX2,
 fp32, W of 8960 x 1536: one row 4.9 ms (the memory bound), 2 rows 9.8 ms, 4 rows 15.8 ms, 8 rows
 22.7 ms; the same product asked as ``(W @ x.T).T`` takes 4.4, 6.3 and 9.8 ms for 2, 4 and 8
 rows, and is faster up to 400 rows (prefill) too. For Qwen2.5-Coder-1.5B this turns the
-verification cost T(2) from 2.1 T(1) into 1.15 T(1).
+verification cost T(2) from 2.1 T(1) into 1.13 T(1) (T(4) 1.19 T(1)).
 
 :func:`choose` measures both forms once per machine, PyTorch version, dtype, thread count and
 weight shape (cached under ``<cache>/cpu-linear/``) and :func:`install` routes the model's
-``nn.Linear`` layers of each shape through the faster one for inputs of two or more rows. Single-row inputs,
-that is plain decoding, always keep ``F.linear``. Outputs stay fp32 products of the same
+``nn.Linear`` layers of each shape through the faster one for inputs of two or more rows.
+Single-row inputs, that is plain decoding, always keep ``F.linear``. Outputs stay fp32 products of the same
 numbers; the summation order differs from ``F.linear``'s by about 1e-5 in a logit, the same
 size as PyTorch's own batch-size dependence (the backend is batch-variant either way).
 
