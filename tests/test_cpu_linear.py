@@ -19,7 +19,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-class TwoLayers(torch.nn.Module):
+class ThreeLayers(torch.nn.Module):
     def __init__(self):
         super().__init__()
         g = torch.Generator().manual_seed(0)
@@ -29,16 +29,13 @@ class TwoLayers(torch.nn.Module):
         for p in self.parameters():  # unit-scale activations, so fp32 rounding stays ~1e-6
             p.data = torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5
 
-    def get_output_embeddings(self):
-        return self.head
-
     def forward(self, x):
         return self.head(self.b(torch.relu(self.a(x))))
 
 
 @pytest.mark.parametrize("shape", [(1, 48), (1, 1, 48), (5, 48), (1, 7, 48), (3, 4, 48)])
 def test_transposed_form_computes_the_linear_layer(cache, shape):
-    ref, m = TwoLayers(), TwoLayers()
+    ref, m = ThreeLayers(), ThreeLayers()
     assert cpu_linear.install(m, "transposed") == "transposed"
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -51,7 +48,7 @@ def test_transposed_form_computes_the_linear_layer(cache, shape):
 
 
 def test_torch_form_leaves_the_layers_alone(cache):
-    m = TwoLayers()
+    m = ThreeLayers()
     before = {name: mod.forward for name, mod in m.named_modules()}
     assert cpu_linear.install(m, "torch") == "torch"
     assert all(mod.forward == before[name] for name, mod in m.named_modules())
@@ -69,8 +66,8 @@ def test_auto_measures_each_shape_once_and_caches_the_choice(cache, monkeypatch)
         return FAST
 
     monkeypatch.setattr(cpu_linear, "measure", fake_measure)
-    assert cpu_linear.install(TwoLayers()) == "transposed"
-    assert cpu_linear.install(TwoLayers()) == "transposed"
+    assert cpu_linear.install(ThreeLayers()) == "transposed"
+    assert cpu_linear.install(ThreeLayers()) == "transposed"
     assert sorted(calls) == [(40, 96), (96, 48), (300, 40)]  # one measurement per weight shape, ever
     saved = json.loads((cache / "cpu-linear" / "choices.json").read_text())
     assert len(saved) == 3 and all(v["form"] == "transposed" and v["ms"]["4"] == [16.0, 5.0] for v in saved.values())
@@ -78,7 +75,7 @@ def test_auto_measures_each_shape_once_and_caches_the_choice(cache, monkeypatch)
 
 def test_auto_keeps_torch_unless_every_size_gains(cache, monkeypatch):
     monkeypatch.setattr(cpu_linear, "measure", lambda w, *a, **k: SLOW)
-    m = TwoLayers()
+    m = ThreeLayers()
     before = m.head.forward
     assert cpu_linear.install(m) == "torch"
     assert m.head.forward == before
@@ -87,7 +84,7 @@ def test_auto_keeps_torch_unless_every_size_gains(cache, monkeypatch):
 def test_auto_decides_per_shape(cache, monkeypatch):
     # only the largest weight (the output head here) gains: it alone changes
     monkeypatch.setattr(cpu_linear, "measure", lambda w, *a, **k: FAST if w.shape[0] == 300 else SLOW)
-    ref, m = TwoLayers(), TwoLayers()
+    ref, m = ThreeLayers(), ThreeLayers()
     before_a, before_head = m.a.forward, m.head.forward
     assert cpu_linear.install(m) == "mixed"
     assert m.a.forward == before_a and m.head.forward != before_head
@@ -99,10 +96,10 @@ def test_auto_decides_per_shape(cache, monkeypatch):
 def test_environment_forces_a_form_and_rejects_unknown_ones(cache, monkeypatch):
     monkeypatch.setattr(cpu_linear, "measure", lambda *a, **k: pytest.fail("a forced form must not measure"))
     monkeypatch.setenv(cpu_linear.ENV, "transposed")
-    assert cpu_linear.install(TwoLayers()) == "transposed"
+    assert cpu_linear.install(ThreeLayers()) == "transposed"
     monkeypatch.setenv(cpu_linear.ENV, "fast")
     with pytest.raises(ConfigError, match="SPECULATIVE_CPU_LINEAR must be one of auto, transposed, torch"):
-        cpu_linear.install(TwoLayers())
+        cpu_linear.install(ThreeLayers())
 
 
 def test_measure_times_both_forms(cache):
@@ -114,7 +111,7 @@ def test_measure_times_both_forms(cache):
 def test_summary_for_doctor(cache, monkeypatch):
     assert cpu_linear.summary() == "auto (measured on the first model load)"
     monkeypatch.setattr(cpu_linear, "measure", lambda w, *a, **k: FAST if w.shape[0] == 300 else SLOW)
-    cpu_linear.install(TwoLayers())
+    cpu_linear.install(ThreeLayers())
     assert cpu_linear.summary() == "auto: (W @ x.T).T for 1 of 3 measured layer shapes, F.linear for the rest"
     monkeypatch.setenv(cpu_linear.ENV, "torch")
     assert cpu_linear.summary() == "torch (forced by SPECULATIVE_CPU_LINEAR)"

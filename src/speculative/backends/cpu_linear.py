@@ -65,14 +65,12 @@ def _transposed_linear(module):
     return forward
 
 
-def _median_ms(fn, reps: int) -> float:
+def _time_ms(fn) -> float:
+    """Milliseconds of one call of ``fn`` after a warm-up call."""
     fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def measure(weight, rows=CALIBRATION_ROWS, reps: int | None = None) -> dict[int, tuple[float, float]]:
@@ -99,8 +97,8 @@ def measure(weight, rows=CALIBRATION_ROWS, reps: int | None = None) -> dict[int,
             x = torch.randn(n, weight.shape[1], generator=g, dtype=weight.dtype)
             a, b = [], []
             for _ in range(reps):
-                a.append(_median_ms(lambda: F.linear(x, weight), 1))
-                b.append(_median_ms(lambda: torch.mm(weight, x.t()).t().contiguous(), 1))
+                a.append(_time_ms(lambda: F.linear(x, weight)))
+                b.append(_time_ms(lambda: torch.mm(weight, x.t()).t().contiguous()))
             out[int(n)] = (statistics.median(a), statistics.median(b))
     return out
 
