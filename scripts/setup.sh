@@ -119,9 +119,12 @@ if ! llama_ok; then
                 CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF -DGGML_CPU_BATCH_INVARIANT_MM=ON -DCMAKE_C_FLAGS='$AMX_FLAGS' -DCMAKE_CXX_FLAGS='$AMX_FLAGS'" \
                     $PIP wheel -q --no-cache-dir --no-deps "$srcdir" -w "$BIMM_WHEELS.tmp"
                 rm -rf "$BIMM_WHEELS" && mv "$BIMM_WHEELS.tmp" "$BIMM_WHEELS"
-                # keep the patched ggml headers: tests/native's kernel test compiles against them
-                rm -rf "$BIMM_SRC" && mkdir -p "$BIMM_SRC"
+                # keep the patched ggml headers and the kernel source: tests/native's kernel test compiles
+                # against them, and builds bimm.c for each instruction-set family (AVX-512, AVX2, scalar)
+                rm -rf "$BIMM_SRC" && mkdir -p "$BIMM_SRC/src/ggml-cpu"
                 cp -r "${srcdir}vendor/llama.cpp/ggml/include" "$BIMM_SRC/include"
+                cp "${srcdir}"vendor/llama.cpp/ggml/src/*.h "$BIMM_SRC/src/"
+                cp "${srcdir}"vendor/llama.cpp/ggml/src/ggml-cpu/*.h "${srcdir}vendor/llama.cpp/ggml/src/ggml-cpu/bimm.c" "$BIMM_SRC/src/ggml-cpu/"
                 rm -rf "$work"
                 WHEELS=$BIMM_WHEELS
             else

@@ -38,6 +38,9 @@ def run_doctor(check_models: bool = True) -> int:
     """Print the report; returns 0 when nothing is wrong, 1 otherwise."""
     r = _Report()
     print(f"speculative {__version__}, Python {platform.python_version()} on {platform.machine()}")
+    from .kernels import cpu_info
+
+    print(f"cpu: {cpu_info().summary}")
 
     print("libraries")
     for pkg in ("numpy", "llama-cpp-python", "gguf", "torch", "transformers", "accelerate", "jinja2"):
@@ -64,12 +67,14 @@ def run_doctor(check_models: bool = True) -> int:
         else:
             r.ok("llamafile sgemm", "not built in")
         r.ok("flash attention", "disabled in exact numerics (the default); 'auto' would enable it on CPU")
-        r.ok("weight repacking and tiled K-quant matmul", "disabled in exact numerics (use_extra_bufts=0, GGML_CPU_TILED_MM=0)")
-        from .kernels import parse_system_info
+        r.ok("llama.cpp's repacked weights and tiled K-quant matmul",
+             "off in exact numerics (GGML_CPU_BATCH_INVARIANT=1 at load, GGML_CPU_TILED_MM=0)")
+        from .kernels import bimm_isa, parse_system_info
 
         kinfo = parse_system_info(info)
         if kinfo.batch_invariant_mm:
-            r.ok("quantized matmul kernels", kinfo.summary)
+            isa = bimm_isa()
+            r.ok("quantized matmul kernels", kinfo.summary + (f"; this build's kernels: {isa}" if isa else ""))
         else:
             r.info("quantized matmul kernels", kinfo.summary + "; scripts/setup.sh builds faster batch-invariant ones")
         r.info("threads", f"{default_threads()} by default (physical cores); override with --threads")

@@ -1,26 +1,28 @@
-// Bit-exactness test of ggml-cpu's batch-invariant multi-token dot products
-// (patches/llama-cpp-batch-invariant.patch, build option GGML_CPU_BATCH_INVARIANT_MM).
+// Bit-exactness test of ggml-cpu's batch-invariant matmul on repacked weights (CPU_BIMM,
+// patches/llama-cpp-batch-invariant.patch: ggml/src/ggml-cpu/bimm.c and bimm-buffer.cpp).
 //
-// 1. Kernel level: for every weight type with a vec_dot_multi kernel, and n tokens in
-//    1..16, 17, 31, 32, 33, 64 (and other odd sizes), vec_dot_multi(row, n tokens) must
-//    equal vec_dot(row, token) bit for bit for every token, with contiguous and strided
-//    token rows and output strides; and, for weight types with a vec_dot_multi_rows kernel,
-//    nr weight rows (1, 2, 3, 5, 16, 17, 33: row groups and odd remainders) x n tokens against
-//    vec_dot bit for bit, with contiguous and strided weight rows, token rows and outputs, and
-//    no write outside the outputs (row lengths 256, 1536 and 2304: the last also takes the
-//    multi-row tiles at 8 tokens).
-// 2. Graph level: ggml_mul_mat(W, X) over n tokens (2 threads) must equal, column by column,
-//    the same product computed one token at a time, for every tested weight type
-//    (also types without a multi kernel, which keep the per-pair vec_dot path).
+// 1. Kernel level, against the bimm.c linked into this program (tests/test_kernels.py builds
+//    bimm.c once per instruction-set family: AVX-512 with and without VNNI, AVX2, scalar): for every
+//    weight type and three weight distributions, ggml_bimm_mul over n tokens, n in 1..17, 31..33 and
+//    64, must equal ggml_bimm_reference (the canonical order in scalar C, on ggml's original layout)
+//    bit for bit for every (row, token), with contiguous and strided activations and outputs, and
+//    write nothing outside its outputs; every repacked row must unpack to its original bytes; the
+//    vectorized Q8_K quantizer must equal ggml's quantize_row_q8_K_ref. A build without kernels
+//    must say so (ggml_bimm_supports false) and still unpack.
+// 2. Graph level (with --graph, against the installed ggml-cpu): ggml_mul_mat(W, X) with W loaded
+//    into the CPU_BIMM buffer type (GGML_CPU_BATCH_INVARIANT=1) over n tokens, 2 threads, must equal
+//    column by column the same product computed one token at a time and the reference; an
+//    embedding lookup (ggml_get_rows) in CPU_BIMM must equal ggml's dequantization of the original
+//    rows; weight types CPU_BIMM does not take (Q5_K) must stay batch-invariant through vec_dot.
 //
-// Runs with GGML_CPU_TILED_MM=0, as the exact numerics mode does.
-// Built against the ggml headers and shared libraries of the build under test:
-//   cc -O2 -I<ggml>/include test_batch_invariant_mm.c -L<lib> -lggml-cpu -lggml-base -lggml -lm
-// Exit status 0 when everything matches, 1 otherwise; prints one line per check group (and one per
-// multi-row kernel), then the number of multi-row kernels, then OK or FAILED.
+// Prints one line per check group, then "kernels: <isa>" and OK or FAILED; exit status 0 when
+// everything matches, 1 otherwise.
 
 #include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "ggml-cpu-bimm.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -51,232 +53,286 @@ static void fill(float * x, int64_t n, int mode) {
 
 static int failures = 0;
 
+static const enum ggml_type kTypes[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1 };
+#define N_TYPES ((int) (sizeof(kTypes) / sizeof(kTypes[0])))
 static const int kN[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 31, 32, 33, 64 };
 #define N_SIZES ((int) (sizeof(kN) / sizeof(kN[0])))
 
-// the tokens' activations quantized to the kernel's partner type, strided (aq, rows of astride bytes)
-// and contiguous (aqc, rows of arow bytes)
-static void quantize_tokens(const struct ggml_type_traits_cpu * tv, const float * af, int64_t k, int ntok,
-                            char * aq, size_t astride, char * aqc, size_t arow) {
-    for (int t = 0; t < ntok; ++t) {
-        tv->from_float(af + t * k, aq + t * astride, k);
-        memcpy(aqc + t * arow, aq + t * astride, arow);
-    }
-}
+// ---- kernel level ---------------------------------------------------------------------------
 
-// the reference: ref[r*ntok + t] = vec_dot(weight row r, token t), one pair at a time
-static void reference_dots(const struct ggml_type_traits_cpu * tc, int64_t k, const char * w, size_t wrow, int nrows,
-                           const char * a, size_t arow, int ntok, float * ref) {
-    for (int r = 0; r < nrows; ++r) {
-        for (int t = 0; t < ntok; ++t) {
-            tc->vec_dot((int) k, &ref[r * ntok + t], 0, w + r * wrow, 0, a + t * arow, 0, 1);
+static void check_kernels(enum ggml_type type, int64_t k, int64_t rows) {
+    const size_t rb = ggml_row_size(type, k);
+    float * wf = malloc(sizeof(float) * k * rows);
+    char * wq = malloc(rb * rows);
+    char * wr = malloc(rb * rows);
+    char * back = malloc(rb);
+    long kernel_bad = 0, unpack_bad = 0, outside = 0, checked = 0;
+    const bool kernels = ggml_bimm_supports(type, k, rows);
+    for (int mode = 0; mode < 3; ++mode) {
+        fill(wf, k * rows, mode);
+        ggml_quantize_chunk(type, wf, wq, 0, rows, k, NULL);
+        ggml_bimm_repack(type, wr, wq, rows, k);
+        for (int64_t r = 0; r < rows; ++r) {
+            ggml_bimm_unpack_row(type, wr, k, r, back);
+            unpack_bad += memcmp(back, wq + r * rb, rb) != 0;
         }
-    }
-}
-
-// kernel-level check: returns number of mismatching outputs
-static int check_kernel(enum ggml_type type, int64_t k, int nrows, int mode) {
-    const struct ggml_type_traits_cpu * tc = ggml_get_type_traits_cpu(type);
-    if (tc->vec_dot_multi == NULL) {
-        return 0;
-    }
-    const enum ggml_type vt = tc->vec_dot_type;
-    const struct ggml_type_traits_cpu * tv = ggml_get_type_traits_cpu(vt);
-    const size_t wrow = ggml_row_size(type, k);
-    const size_t arow = ggml_row_size(vt, k);
-    const int ntok = 64;
-    const size_t astride = arow + 64;  // strided token rows (as for a non-contiguous src1)
-
-    float * wf = malloc(sizeof(float) * k * nrows);
-    float * af = malloc(sizeof(float) * k * ntok);
-    char * wq = malloc(wrow * nrows);
-    char * aq = malloc(astride * ntok);
-    char * aqc = malloc(arow * ntok);
-    float * ref = malloc(sizeof(float) * nrows * ntok);
-    float * out = malloc(sizeof(float) * 3 * ntok);
-    fill(wf, k * nrows, mode);
-    fill(af, k * ntok, mode);
-    ggml_quantize_chunk(type, wf, wq, 0, nrows, k, NULL);
-    quantize_tokens(tv, af, k, ntok, aq, astride, aqc, arow);
-    reference_dots(tc, k, wq, wrow, nrows, aq, astride, ntok, ref);
-    int bad = 0;
-    for (int r = 0; r < nrows; ++r) {
+        if (!kernels) {
+            continue;
+        }
+        const size_t arow = ggml_bimm_act_row_size(type, k);
         for (int si = 0; si < N_SIZES; ++si) {
             const int n = kN[si];
-            for (int t0 = 0; t0 + n <= ntok; t0 += (n < 8 ? 7 : n)) {
-                // contiguous tokens, contiguous outputs
-                memset(out, 0xFF, sizeof(float) * 3 * ntok);
-                tc->vec_dot_multi((int) k, out, 1, wq + r * wrow, aqc + t0 * arow, arow, n);
+            for (int strided = 0; strided < 2; ++strided) {
+                const size_t astride = arow + (strided ? 192 : 0);
+                const size_t dstride = (size_t) rows + (strided ? 7 : 0);
+                float * x = malloc(sizeof(float) * k * n);
+                fill(x, k * n, (mode + si) % 3);
+                char * act = aligned_alloc(64, GGML_PAD(astride * n + 64, 64));
                 for (int t = 0; t < n; ++t) {
-                    if (memcmp(&out[t], &ref[r * ntok + t0 + t], sizeof(float)) != 0) {
-                        if (bad < 5) {
-                            fprintf(stderr, "  mismatch %s k=%lld row=%d n=%d token=%d: %.9g vs vec_dot %.9g\n",
-                                    ggml_type_name(type), (long long) k, r, n, t0 + t, out[t], ref[r * ntok + t0 + t]);
-                        }
-                        ++bad;
+                    ggml_bimm_prepare(type, x + t * k, act + t * astride, k);
+                }
+                float * dst = malloc(sizeof(float) * (dstride * n + 16));
+                for (size_t i = 0; i < dstride * n + 16; ++i) {
+                    dst[i] = -7777.0f;
+                }
+                ggml_bimm_mul(type, k, wr, rows / GGML_BIMM_ROWS, act, astride, n, dst, dstride);
+                for (int t = 0; t < n; ++t) {
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const float ref = ggml_bimm_reference(type, k, wq + r * rb, act + t * astride);
+                        kernel_bad += memcmp(&ref, &dst[t * dstride + r], sizeof(float)) != 0;
+                        ++checked;
+                    }
+                    for (size_t r = rows; r < dstride; ++r) {
+                        outside += dst[t * dstride + r] != -7777.0f;
                     }
                 }
-                // strided tokens, strided outputs (bs = 3)
-                memset(out, 0xFF, sizeof(float) * 3 * ntok);
-                tc->vec_dot_multi((int) k, out, 3, wq + r * wrow, aq + t0 * astride, astride, n);
-                for (int t = 0; t < n; ++t) {
-                    if (memcmp(&out[3 * t], &ref[r * ntok + t0 + t], sizeof(float)) != 0) {
-                        ++bad;
-                    }
+                for (size_t i = dstride * n; i < dstride * n + 16; ++i) {
+                    outside += dst[i] != -7777.0f;
+                }
+                free(x);
+                free(act);
+                free(dst);
+            }
+        }
+    }
+    printf("%-5s k=%-5lld rows=%-3lld kernels: %-3s kernel mismatches: %ld of %ld, writes outside: %ld, unpack mismatches: %ld\n",
+           ggml_type_name(type), (long long) k, (long long) rows, kernels ? "yes" : "no", kernel_bad, checked, outside, unpack_bad);
+    failures += kernel_bad + outside + unpack_bad;
+    free(wf);
+    free(wq);
+    free(wr);
+    free(back);
+}
+
+static void check_quantizer(void) {
+    const int64_t k = 1536;
+    const enum ggml_type t = GGML_TYPE_Q4_K;
+    float * x = malloc(sizeof(float) * k);
+    const size_t bytes = ggml_bimm_act_row_size(t, k);
+    char * a = calloc(1, bytes), * b = calloc(1, bytes);
+    long bad = 0;
+    for (int trial = 0; trial < 1000; ++trial) {
+        fill(x, k, trial % 3);
+        if (trial % 3 == 0) {  // a magnitude tie of opposite signs
+            x[(trial * 37) % k] = -x[(trial * 101) % k];
+        }
+        if (trial % 11 == 0) {  // a block of zeros
+            memset(x + 256, 0, 256 * sizeof(float));
+        }
+        if (trial % 13 == 0) {  // values on rounding ties
+            for (int64_t i = 0; i < k; ++i) x[i] = (float) (int) (x[i] * 20.0f) / 8.0f;
+        }
+        memset(a, 0, bytes);
+        memset(b, 0, bytes);
+        ggml_bimm_prepare(t, x, a, k);
+        ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x, b, k);
+        bad += memcmp(a, b, ggml_row_size(GGML_TYPE_Q8_K, k)) != 0;
+    }
+    printf("q8_K quantizer mismatches: %ld of 1000\n", bad);
+    failures += bad;
+    free(x);
+    free(a);
+    free(b);
+}
+
+// ggml_vec_dot_f16_cols (the F16 rows of attention, several columns at a time) against ggml's own
+// vec_dot_f16, bit for bit, for lengths with and without leftovers
+void ggml_vec_dot_f16_cols(int n, float * s, size_t bs, const ggml_fp16_t * x, const float * yf, size_t byf, int nc);
+
+static void check_f16_cols(void) {
+    const int lengths[] = { 1, 15, 16, 63, 64, 100, 128, 130, 600, 1000 };
+    const int nmax = 1000;
+    ggml_fp16_t * x = malloc(sizeof(ggml_fp16_t) * nmax);
+    ggml_fp16_t * y = malloc(sizeof(ggml_fp16_t) * 6 * nmax);
+    float * yf = malloc(sizeof(float) * 6 * nmax);
+    long bad = 0, checked = 0;
+    const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(GGML_TYPE_F16)->vec_dot;
+    for (int li = 0; li < (int) (sizeof(lengths) / sizeof(lengths[0])); ++li) {
+        const int n = lengths[li];
+        for (int trial = 0; trial < 20; ++trial) {
+            for (int i = 0; i < n; ++i) x[i] = ggml_fp32_to_fp16(frand() * 4.0f);
+            for (int i = 0; i < 6 * n; ++i) {
+                y[i] = ggml_fp32_to_fp16(frand() * ((trial % 3) ? 1.0f : 30.0f));
+                yf[i] = ggml_fp16_to_fp32(y[i]);
+            }
+            const int ncmax = ggml_cpu_has_avx512() ? 6 : 3;  // the build's GGML_VEC_DOT_F16_COLS_MAX
+            for (int nc = 1; nc <= ncmax; ++nc) {
+                float out[6];
+                ggml_vec_dot_f16_cols(n, out, 1, x, yf, n, nc);
+                for (int c = 0; c < nc; ++c) {
+                    float ref;
+                    vec_dot(n, &ref, 0, x, 0, y + c * n, 0, 1);
+                    bad += memcmp(&ref, &out[c], sizeof(float)) != 0;
+                    ++checked;
                 }
             }
         }
     }
-    free(wf); free(af); free(wq); free(aq); free(aqc); free(ref); free(out);
-    return bad;
+    printf("f16 columns kernel mismatches against vec_dot_f16: %ld of %ld\n", bad, checked);
+    failures += bad;
+    free(x);
+    free(y);
+    free(yf);
 }
 
-// kernel-level check of vec_dot_multi_rows (nr weight rows x n tokens): returns number of mismatching outputs,
-// counting writes outside the outputs as mismatches too
-static const int kR[] = { 1, 2, 3, 5, 16, 17, 33 };
-#define N_ROWCOUNTS ((int) (sizeof(kR) / sizeof(kR[0])))
+// ---- graph level (the installed build) ------------------------------------------------------
 
-static int check_kernel_rows(enum ggml_type type, int64_t k, int mode) {
-    const struct ggml_type_traits_cpu * tc = ggml_get_type_traits_cpu(type);
-    if (tc->vec_dot_multi_rows == NULL) {
-        return 0;
-    }
-    const enum ggml_type vt = tc->vec_dot_type;
-    const struct ggml_type_traits_cpu * tv = ggml_get_type_traits_cpu(vt);
-    const int maxr = 33, ntok = 64;
-    const size_t wrow = ggml_row_size(type, k);
-    const size_t arow = ggml_row_size(vt, k);
-    const size_t wstride = wrow + 48;  // strided weight rows
-    const size_t astride = arow + 64;  // strided token rows
+struct loaded {
+    struct ggml_context * ctx;
+    ggml_backend_buffer_t buf;
+    struct ggml_tensor * w;
+};
 
-    float * wf = malloc(sizeof(float) * k * maxr);
-    float * af = malloc(sizeof(float) * k * ntok);
-    char * wq = malloc(wstride * maxr);
-    char * wqc = malloc(wrow * maxr);
-    char * aq = malloc(astride * ntok);
-    char * aqc = malloc(arow * ntok);
-    float * ref = malloc(sizeof(float) * maxr * ntok);
-    const size_t nout = (size_t) (maxr + 5) * (ntok + 1);
-    float * out = malloc(sizeof(float) * nout);
-    fill(wf, k * maxr, mode);
-    fill(af, k * ntok, mode);
-    ggml_quantize_chunk(type, wf, wqc, 0, maxr, k, NULL);
-    for (int r = 0; r < maxr; ++r) {
-        memcpy(wq + r * wstride, wqc + r * wrow, wrow);
+// a weight matrix in the CPU_BIMM buffer type (or the plain CPU one), set through the buffer's set_tensor
+static struct loaded load_weight(enum ggml_type type, int64_t k, int64_t m, const void * data, bool bimm) {
+    struct ggml_init_params ip = { ggml_tensor_overhead() * 2, NULL, true };
+    struct loaded L;
+    L.ctx = ggml_init(ip);
+    L.w = ggml_new_tensor_2d(L.ctx, type, k, m);
+    L.buf = ggml_backend_alloc_ctx_tensors_from_buft(L.ctx, bimm ? ggml_backend_cpu_bimm_buffer_type() : ggml_backend_cpu_buffer_type());
+    ggml_backend_tensor_set(L.w, data, 0, ggml_nbytes(L.w));
+    return L;
+}
+
+static void compute(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads) {
+    ggml_backend_t be = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(be, nthreads);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+    ggml_gallocr_alloc_graph(ga, gf);
+    ggml_backend_graph_compute(be, gf);
+    ggml_gallocr_free(ga);
+    ggml_backend_free(be);
+}
+
+// W (k x m, in CPU_BIMM or not) times n tokens: columns against one token at a time and the reference
+static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool bimm) {
+    const size_t rb = ggml_row_size(type, k);
+    float * wf = malloc(sizeof(float) * k * m);
+    fill(wf, k * m, 1);
+    char * wq = malloc(rb * m);
+    ggml_quantize_chunk(type, wf, wq, 0, m, k, NULL);
+    struct loaded L = load_weight(type, k, m, wq, bimm);
+    float * xs = malloc(sizeof(float) * k * n);
+    fill(xs, k * n, 2);
+    float * all = malloc(sizeof(float) * m * n);
+    float * one = malloc(sizeof(float) * m);
+    long col_bad = 0, ref_bad = 0;
+    for (int pass = 0; pass <= n; ++pass) {  // pass 0: all n tokens; pass t: token t alone
+        const int nt = pass == 0 ? n : 1;
+        struct ggml_init_params ip = { 64 * 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, nt);
+        memcpy(x->data, pass == 0 ? xs : xs + (pass - 1) * k, sizeof(float) * k * nt);
+        struct ggml_tensor * y = ggml_mul_mat(ctx, L.w, x);
+        compute(ctx, y, 2);
+        if (pass == 0) {
+            memcpy(all, y->data, sizeof(float) * m * n);
+        } else {
+            memcpy(one, y->data, sizeof(float) * m);
+            col_bad += memcmp(one, all + (pass - 1) * m, sizeof(float) * m) != 0;
+        }
+        ggml_free(ctx);
     }
-    quantize_tokens(tv, af, k, ntok, aq, astride, aqc, arow);
-    reference_dots(tc, k, wqc, wrow, maxr, aqc, arow, ntok, ref);
-    int bad = 0;
-    for (int ri = 0; ri < N_ROWCOUNTS; ++ri) {
-        const int nr = kR[ri];
-        for (int r0 = 0; r0 + nr <= maxr; r0 += (nr < 8 ? 11 : maxr)) {
-            for (int si = 0; si < N_SIZES; ++si) {
-                const int n = kN[si];
-                for (int t0 = 0; t0 + n <= ntok; t0 += (n < 8 ? 13 : n)) {
-                    for (int strided = 0; strided < 2; ++strided) {
-                        // outputs s[r + t*bs]: bs = nr (contiguous) or nr + 5 (strided)
-                        const size_t bs = strided ? (size_t) nr + 5 : (size_t) nr;
-                        memset(out, 0xFF, sizeof(float) * nout);
-                        if (strided) {
-                            tc->vec_dot_multi_rows((int) k, out, bs, wq + r0 * wstride, wstride, nr, aq + t0 * astride, astride, n);
-                        } else {
-                            tc->vec_dot_multi_rows((int) k, out, bs, wqc + r0 * wrow, wrow, nr, aqc + t0 * arow, arow, n);
-                        }
-                        for (size_t e = 0; e < nout; ++e) {
-                            const int r = (int) (e % bs), t = (int) (e / bs);
-                            const int inside = r < nr && t < n;
-                            uint32_t bits;
-                            memcpy(&bits, &out[e], sizeof(bits));
-                            if (inside ? memcmp(&out[e], &ref[(r0 + r) * ntok + t0 + t], sizeof(float)) != 0 : bits != 0xFFFFFFFFu) {
-                                if (bad < 5) {
-                                    fprintf(stderr, "  rows mismatch %s k=%lld rows=%d+%d n=%d strided=%d at (%d, %d): %.9g vs vec_dot %.9g\n",
-                                            ggml_type_name(type), (long long) k, r0, nr, n, strided, r, t, out[e],
-                                            inside ? ref[(r0 + r) * ntok + t0 + t] : 0.0f);
-                                }
-                                ++bad;
-                            }
-                        }
-                    }
-                }
+    if (bimm && ggml_bimm_supports(type, k, m)) {  // the columns are the canonical order
+        const size_t arow = ggml_bimm_act_row_size(type, k);
+        char * act = aligned_alloc(64, GGML_PAD(arow, 64));
+        for (int t = 0; t < n; ++t) {
+            ggml_bimm_prepare(type, xs + t * k, act, k);
+            for (int64_t r = 0; r < m; ++r) {
+                const float ref = ggml_bimm_reference(type, k, wq + r * rb, act);
+                ref_bad += memcmp(&ref, all + t * m + r, sizeof(float)) != 0;
             }
         }
+        free(act);
     }
-    free(wf); free(af); free(wq); free(wqc); free(aq); free(aqc); free(ref); free(out);
-    return bad;
+    printf("%-5s %s mul_mat n=%-2d column mismatches: %ld, reference mismatches: %ld\n", ggml_type_name(type),
+           bimm ? "CPU_BIMM" : "CPU     ", n, col_bad, ref_bad);
+    failures += col_bad + ref_bad;
+    ggml_backend_buffer_free(L.buf);
+    ggml_free(L.ctx);
+    free(wf);
+    free(wq);
+    free(xs);
+    free(all);
+    free(one);
 }
 
-// graph-level check: mul_mat over n tokens vs one token at a time
-static int check_graph(enum ggml_type type, int64_t k, int64_t m, int n, int nthreads) {
-    const size_t mem = ggml_row_size(type, k) * m + (size_t) (k + m) * n * sizeof(float) * 4 + 512ull * 1024 * 1024;
-    struct ggml_init_params ip = { mem, NULL, false };
-    struct ggml_context * ctx = ggml_init(ip);
-    struct ggml_tensor * w = ggml_new_tensor_2d(ctx, type, k, m);
-    struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+// embedding lookups in CPU_BIMM against ggml's dequantization of the original rows
+static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
+    const size_t rb = ggml_row_size(type, k);
     float * wf = malloc(sizeof(float) * k * m);
     fill(wf, k * m, 0);
-    ggml_quantize_chunk(type, wf, w->data, 0, m, k, NULL);
-    fill((float *) x->data, k * n, 0);
-
-    struct ggml_tensor * y = ggml_mul_mat(ctx, w, x);
-    struct ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, y);
-    ggml_graph_compute_with_ctx(ctx, gf, nthreads);
-
-    int bad = 0;
-    for (int t = 0; t < n; ++t) {
-        struct ggml_tensor * xt = ggml_view_2d(ctx, x, k, 1, x->nb[1], (size_t) t * x->nb[1]);
-        struct ggml_tensor * yt = ggml_mul_mat(ctx, w, xt);
-        struct ggml_cgraph * g1 = ggml_new_graph(ctx);
-        ggml_build_forward_expand(g1, yt);
-        ggml_graph_compute_with_ctx(ctx, g1, nthreads);
-        if (memcmp(yt->data, (char *) y->data + t * y->nb[1], m * sizeof(float)) != 0) {
-            ++bad;
-        }
+    char * wq = malloc(rb * m);
+    ggml_quantize_chunk(type, wf, wq, 0, m, k, NULL);
+    struct loaded L = load_weight(type, k, m, wq, true);
+    struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
+    struct ggml_context * ctx = ggml_init(ip);
+    const int nidx = 7;
+    struct ggml_tensor * idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, nidx);
+    for (int i = 0; i < nidx; ++i) ((int32_t *) idx->data)[i] = (int32_t) ((i * 37 + 5) % m);
+    struct ggml_tensor * y = ggml_get_rows(ctx, L.w, idx);
+    compute(ctx, y, 2);
+    float * ref = malloc(sizeof(float) * k);
+    long bad = 0;
+    for (int i = 0; i < nidx; ++i) {
+        ggml_get_type_traits(type)->to_float(wq + ((int32_t *) idx->data)[i] * rb, ref, k);
+        bad += memcmp(ref, (float *) y->data + i * k, sizeof(float) * k) != 0;
     }
-    free(wf);
+    printf("%-5s CPU_BIMM get_rows mismatches: %ld of %d\n", ggml_type_name(type), bad, nidx);
+    failures += bad;
     ggml_free(ctx);
-    return bad;
+    ggml_backend_buffer_free(L.buf);
+    ggml_free(L.ctx);
+    free(wf);
+    free(wq);
+    free(ref);
 }
 
 int main(int argc, char ** argv) {
-    (void) argc; (void) argv;
-    // the tiled K-quant matmul (on by default) is not batch-invariant; exact mode turns it off
-    setenv("GGML_CPU_TILED_MM", "0", 1);
     ggml_cpu_init();
-    const enum ggml_type types[] = { GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
-                                     GGML_TYPE_Q4_0, GGML_TYPE_Q5_K, GGML_TYPE_F16 };
-    const int ntypes = (int) (sizeof(types) / sizeof(types[0]));
-    printf("batch_invariant_mm=%d\n", ggml_cpu_has_batch_invariant_mm());
-    int kernels = 0, row_kernels = 0;
-    for (int i = 0; i < ntypes; ++i) {
-        const enum ggml_type type = types[i];
-        const struct ggml_type_traits_cpu * tc = ggml_get_type_traits_cpu(type);
-        int bad = 0, rbad = 0;
-        if (tc->vec_dot_multi != NULL) {
-            ++kernels;
-            for (int mode = 0; mode < 3; ++mode) {
-                bad += check_kernel(type, 256, 3, mode);
-                bad += check_kernel(type, 1536, 2, mode);
-            }
-        }
-        if (tc->vec_dot_multi_rows != NULL) {
-            ++row_kernels;
-            for (int mode = 0; mode < 3; ++mode) {
-                rbad += check_kernel_rows(type, 256, mode);
-            }
-            rbad += check_kernel_rows(type, 1536, 0);
-            rbad += check_kernel_rows(type, 2304, 1);  // rows of more than 2048 weights: 8-token tiles too
-        }
-        const int gbad = check_graph(type, 512, 96, 13, 2) + check_graph(type, 256, 40, 64, 2) + check_graph(type, 768, 33, 7, 1) +
-                         check_graph(type, 1024, 37, 29, 2) + check_graph(type, 2304, 21, 8, 2);
-        printf("%-5s multi-token kernel: %-4s kernel mismatches: %d, mul_mat column mismatches: %d\n",
-               ggml_type_name(type), tc->vec_dot_multi ? "yes" : "no", bad, gbad);
-        if (tc->vec_dot_multi_rows != NULL) {
-            printf("%-5s multi-row kernel: yes  kernel mismatches: %d\n", ggml_type_name(type), rbad);
-        }
-        failures += bad + rbad + gbad;
+    const bool graph = argc > 1 && strcmp(argv[1], "--graph") == 0;
+    for (int i = 0; i < N_TYPES; ++i) {
+        check_kernels(kTypes[i], 256, 16);
+        check_kernels(kTypes[i], 1536, 48);
     }
-    printf("multi-row kernels: %d\n", row_kernels);
-    printf("%s (%d multi-token kernels)\n", failures == 0 ? "OK" : "FAILED", kernels);
-    return failures == 0 ? 0 : 1;
+    check_quantizer();
+    if (graph) {
+        setenv("GGML_CPU_BATCH_INVARIANT", "1", 1);
+        setenv("GGML_CPU_TILED_MM", "0", 1);
+        for (int i = 0; i < N_TYPES; ++i) {
+            for (int n = 2; n <= 33; n += 15) {
+                check_graph(kTypes[i], 512, 64, n, true);
+            }
+            check_get_rows(kTypes[i], 512, 64);
+        }
+        check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false);  // a type CPU_BIMM does not take: vec_dot
+        check_graph(GGML_TYPE_F16, 600, 64, 9, false);   // F16 rows, as the attention's caches
+        check_f16_cols();
+    }
+    const char * isa = ggml_bimm_isa();
+    printf("kernels: %s\n", isa ? isa : "none");
+    printf(failures ? "FAILED\n" : "OK\n");
+    return failures ? 1 : 0;
 }

@@ -6,13 +6,17 @@ drifts from plain greedy decoding. Measured on this project's CPUs, that needs:
 
   * a build without llamafile's sgemm (``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"``);
   * flash attention off (``flash_attn_type`` disabled; 'auto' enables it on CPU);
-  * no weight repacking (``use_extra_bufts = False``: the repacked Q4_0/Q4_K
-    kernels take a different path from 4 rows on);
+  * none of llama.cpp's repacked weight layouts (its Q4_0/Q4_K kernels take a
+    different path from 4 rows on): the model loads with
+    ``GGML_CPU_BATCH_INVARIANT=1``, which the patched build
+    (``patches/llama-cpp-batch-invariant.patch``) reads to put the weights its
+    batch-invariant kernels support into their own repacked layout (CPU_BIMM,
+    docs/kernels.md) and to keep every other weight in ggml's plain layout;
   * no tiled K-quant matmul (``GGML_CPU_TILED_MM=0``, read once per process:
     it takes over from 8 rows on).
 
 With all four a position's logits are bitwise identical alone or in a batch of
-1-16. ``numerics="fast"`` keeps llama.cpp's defaults: lossless only up to
+any size. ``numerics="fast"`` keeps llama.cpp's defaults: lossless only up to
 kernel numerics. :mod:`speculative.numerics` checks the build at start-up.
 
 Sliding-window models (Gemma 3) use a full-size cache (``swa_full``), so a
@@ -21,6 +25,7 @@ rollback may reach any position.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -68,6 +73,24 @@ def _init_library(exact: bool, verbose: bool = False) -> None:
         L.llama_log_set(_log_callback, ctypes.c_void_p())
         L.llama_backend_init()
         _backend_ready = True
+
+
+@contextlib.contextmanager
+def _load_mode(exact: bool):
+    """Model loading in batch-invariant mode or not (the patched build reads ``GGML_CPU_BATCH_INVARIANT``
+    as weights are placed: in that mode the weights its kernels support are repacked into their
+    row-interleaved layout, CPU_BIMM, and llama.cpp's batch-dependent repacked layouts decline every
+    weight; docs/kernels.md). A loaded model keeps its layout whatever the variable says later."""
+    with _lib_lock:
+        old = os.environ.get("GGML_CPU_BATCH_INVARIANT")
+        os.environ["GGML_CPU_BATCH_INVARIANT"] = "1" if exact else "0"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("GGML_CPU_BATCH_INVARIANT", None)
+            else:
+                os.environ["GGML_CPU_BATCH_INVARIANT"] = old
 
 
 def system_info() -> str:
@@ -153,9 +176,10 @@ class LlamaCppBackend(Backend):
 
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0
-        if numerics == "exact":
-            mp.use_extra_bufts = False  # no repacked weights (batch-dependent kernels)
-        model = L.llama_model_load_from_file(str(self.path).encode(), mp)
+        if numerics == "exact" and "BATCH_INVARIANT_MM = 1" not in system_info():
+            mp.use_extra_bufts = False  # a build without the patch: no repacked layouts at all (batch-dependent)
+        with _load_mode(numerics == "exact"):
+            model = L.llama_model_load_from_file(str(self.path).encode(), mp)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: corrupt or unsupported GGUF")
         self._model = model

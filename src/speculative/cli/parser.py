@@ -212,8 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(pr, drafter=False)
     pr.add_argument("--max-tokens", type=int, default=16, help="largest forward measured (default 16)")
     pr.add_argument("--context", type=int, default=600, help="context tokens before the timed forwards (default 600)")
-    pr.add_argument("--repeats", type=int, default=7)
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--sizes", default=None, help="forward sizes to time, e.g. 1,2,4,8,16 (default 1..--max-tokens)")
+    pr.add_argument("--repeats", type=int, default=5, help="forwards per size and round (default 5)")
+    pr.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all sizes (default 3)")
+    pr.add_argument("--json", action="store_true", help="print the full report (every timing) as JSON")
+    pr.add_argument("--output", "-o", default=None, help="also write the JSON report to this file")
     pr.set_defaults(func=cmd_profile)
 
     m = sub.add_parser("models", help="list the registered models and where their files are")

@@ -102,26 +102,34 @@ def cmd_check(args) -> int:
 
 def cmd_profile(args) -> int:
     from ..backends import load_backend
-    from ..cost_model import measure_verify_cost
+    from ..cache import write_json_atomic
+    from ..profiling import format_profile, profile_target
 
-    if args.max_tokens < 1 or args.context < 1 or args.repeats < 1:
-        raise SpeculativeError("--max-tokens, --context and --repeats must be >= 1")
-    b = load_backend(args.target, args.backend, n_ctx=max(args.ctx_size, args.context + args.max_tokens + 1),
+    if args.max_tokens < 1 or args.context < 1 or args.repeats < 1 or args.rounds < 1:
+        raise SpeculativeError("--max-tokens, --context, --repeats and --rounds must be >= 1")
+    try:
+        sizes = sorted({int(x) for x in args.sizes.split(",")}) if args.sizes else list(range(1, args.max_tokens + 1))
+    except ValueError:
+        raise SpeculativeError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+    if min(sizes) < 1:
+        raise SpeculativeError("--sizes must be >= 1")
+    b = load_backend(args.target, args.backend, n_ctx=max(args.ctx_size, args.context + max(sizes) + 1),
                      n_threads=args.threads, numerics=args.numerics, device=args.device, dtype=args.dtype)
     try:
-        sizes = list(range(1, args.max_tokens + 1))
-        cm = measure_verify_cost(b, sizes=sizes, context_tokens=args.context, repeats=args.repeats)
+        def progress(r, n):
+            print(f"[profile] round {r}/{n} done", file=sys.stderr, flush=True)
+
+        report = profile_target(b, sizes, context_tokens=args.context, repeats=args.repeats, rounds=args.rounds,
+                                progress=progress)
     finally:
         b.close()
-    rows = [{"tokens": n, "ms": 1000 * cm.time(n), "ms_per_token": 1000 * cm.time(n) / n,
-             "k": n - 1, "ceiling_speedup": cm.ceiling(n - 1) if n > 1 else 1.0} for n in sizes]
+    report["target"] = args.target
+    if args.output:
+        write_json_atomic(Path(args.output), report)
     if args.json:
-        print(json.dumps({"target": args.target, "backend": args.backend, "context_tokens": args.context, "rows": rows}))
-        return 0
-    print(f"verification cost of {args.target} on {args.backend} (logits at every position, context {args.context}):")
-    print(f"{'tokens':>6} {'ms':>8} {'ms/token':>9} {'k':>3} {'best speedup (perfect acceptance, free drafter)':>48}")
-    for r in rows:
-        print(f"{r['tokens']:>6} {r['ms']:>8.1f} {r['ms_per_token']:>9.2f} {r['k']:>3} {r['ceiling_speedup']:>47.2f}x")
+        print(json.dumps(report))
+    else:
+        print(format_profile(report))
     return 0
 
 
