@@ -82,7 +82,7 @@ class _TreeBuilder:
 
 def target_weights_for(backend, vocab_ids, device="cpu"):
     """The target's input embeddings and LM-head rows of ``vocab_ids``, from its own weights."""
-    from ..training.heads import TargetWeights
+    from .head_nets import TargetWeights
 
     embed, head = target_embedding_matrices(backend)
     return TargetWeights(embed, np.asarray(head[np.asarray(vocab_ids)], dtype=np.float32), device=device)
@@ -128,7 +128,7 @@ class _HeadDrafter(Drafter):
         super().__init__()
         import torch
 
-        from ..training.heads import load_head
+        from .head_nets import load_head
 
         self.folder = Path(folder)
         if not (self.folder / "drafter.json").is_file():
@@ -207,7 +207,7 @@ class EagleDrafter(_HeadDrafter):
         return out @ self.weights.lm_head.T
 
     def start(self, prompt) -> HeadState:
-        from ..training.heads import HeadCache
+        from .head_nets import HeadCache
 
         st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
         st.first = max(0, len(prompt) - self.hidden_window)
@@ -227,7 +227,7 @@ class EagleDrafter(_HeadDrafter):
         # the window slides: restart from the last window of positions when the gap is too large
         last = len(context) - 2  # the last fed position (its feature is known)
         if last - (st.first + len(st.pairs)) > self.hidden_window or (st.first + len(st.pairs)) < last - 4 * self.hidden_window:
-            from ..training.heads import HeadCache
+            from .head_nets import HeadCache
 
             st.cache = HeadCache()
             st.pairs = []
