@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from speculative.cost_model import (
-    AcceptanceCalibration,
     CostModel,
     alpha_from_tau,
     choose_draft_length,
@@ -13,7 +12,7 @@ from speculative.cost_model import (
     expected_tokens,
     predicted_speedup,
 )
-from speculative.drafters.base import ShadowScorer
+from speculative.drafters.calibration import AcceptanceCalibration, ShadowScorer
 
 
 def test_expected_tokens_and_its_inverse():
@@ -115,20 +114,17 @@ def test_choose_tree_nodes_by_path_probability():
 def test_sampled_drafts_are_verified_whole():
     """The adaptive policy may cut a deterministic draft, never a sampled one: choosing the
     verified length from the random draft's own confidences would bias the output."""
-    from types import SimpleNamespace
-
     import numpy as np
 
     from speculative.drafters.base import DraftProposal
-    from speculative.engine import DecodeRequest
+    from speculative.selection import chain_length
 
     steep = CostModel(sizes=[1, 2, 4, 8], seconds=[0.01, 0.02, 0.04, 0.08])
-    me = SimpleNamespace(cost=steep, rate=lambda: 100.0)
     conf = [0.9, 0.05, 0.05, 0.05]
     det = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf)
     sampled = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf, probs=np.full((4, 8), 1 / 8))
-    assert DecodeRequest.choose_length(me, det) < 4
-    assert DecodeRequest.choose_length(me, sampled) == 4
+    assert chain_length(det, steep, 100.0) < 4
+    assert chain_length(sampled, steep, 100.0) == 4
 
 
 def test_sizes_not_timed_live_follow_the_live_ones():

@@ -206,7 +206,7 @@ FLAT = CostModel(sizes=[1, 2, 4, 5, 8, 16], seconds=[0.0666] * 6)
 
 
 def test_draft_cost_is_measured(qwen_pair):
-    assert qwen_pair.drafter.draft_cost_estimate() > 0  # the 0.5B's own T(1), measured once and cached
+    assert qwen_pair.policy.draft_cost_estimate() > 0  # the 0.5B's own T(1), measured once and cached
 
 
 class _FrozenCost(CostModel):
@@ -215,23 +215,20 @@ class _FrozenCost(CostModel):
 
 
 @pytest.mark.parametrize("cost, drafts", [(STEEP, False), (FLAT, True)])
-def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts, monkeypatch):
+def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts):
     """Same policy, same drafter cost (the 0.5B's T(1) measured here: 32 ms); only T(n) differs."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_accepts", 0)  # acceptance: the prior, not what earlier tests measured
-    monkeypatch.setattr(d, "_rejects", 0)
-    monkeypatch.setattr(d, "_saving", None)
-    monkeypatch.setattr(d, "_catchup_rate", 0.002)  # seconds per caught-up prompt token (about what it is here)
     frozen = _FrozenCost.from_dict(cost.to_dict())  # no online refinement from this (noisy) machine's timings
-    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)
-    t0 = d.model_time_s()
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)  # a new policy: acceptance at its prior
+    gen.policy.draft_cost_prior = 0.032
+    gen.policy.catchup_rate = 0.002  # seconds per caught-up prompt token (about what it is here)
+    t0 = d.model.forward_time_s
     res = gen.generate(CODE_PROMPT, max_new_tokens=32, num_speculative_tokens=4)
     if drafts:
         assert res.stats.draft_tokens > 0 and res.stats.accepted_tokens > 0
     else:
         assert res.stats.draft_tokens == 0
-        assert d.model_time_s() == t0, "the draft model ran (its prefill was paid) although drafting cannot pay"
+        assert d.model.forward_time_s == t0, "the draft model ran (its prefill was paid) although drafting cannot pay"
 
 
 LONG_PROMPT = (
@@ -248,13 +245,10 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
     prompt only, and only after plain decoding has forgone as much as that costs (output unchanged);
     none when even that would not pay. Frozen flat T(n), 32 ms a draft token, alpha 0.8."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_catchup_rate", catchup_rate)
-    monkeypatch.setattr(d, "_accepts", 4)
-    monkeypatch.setattr(d, "_rejects", 1)
-    monkeypatch.setattr(d, "_saving", None)  # no measured saving from earlier tests
     d.reset_caches()  # no prompt prefix left in the draft model's cache by an earlier test
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
+    p = gen.policy  # a new policy: no measured saving from earlier tests
+    p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, catchup_rate, 4, 1
     ids = gen.encode_prompt(LONG_PROMPT)
     assert 150 < len(ids) <= 400
     ref = SpeculativeGenerator(qwen_pair.target).generate(ids, max_new_tokens=24).token_ids
@@ -286,25 +280,21 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
         assert len(target_steps) >= 5, "the draft model caught up before drafting could have repaid it"
 
 
-def test_measured_saving_caps_the_catchup(qwen_pair, monkeypatch):
+def test_measured_saving_caps_the_catchup(qwen_pair):
     """A drafter whose drafted steps measurably saved nothing is not caught up on a new prompt, however
     well its verified drafts were accepted (the same set-up as the "window" case above, which drafts),
     until a later request re-measures it."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_catchup_rate", 0.001)
-    monkeypatch.setattr(d, "_accepts", 40)
-    monkeypatch.setattr(d, "_rejects", 1)
-    monkeypatch.setattr(d, "_saving", -0.01)
-    monkeypatch.setattr(d, "_measure_net", -0.01)  # what that measurement lost, seconds
-    monkeypatch.setattr(d, "_silent_s", 0.0)
     d.reset_caches()
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
-    t0 = d.model_time_s()
+    p = gen.policy
+    p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, 0.001, 40, 1
+    p.saving, p.measure_net, p.silent_s = -0.01, -0.01, 0.0  # measured: it lost 0.01 s
+    t0 = d.model.forward_time_s
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
-    assert res.stats.draft_tokens == 0 and d.model_time_s() == t0
+    assert res.stats.draft_tokens == 0 and d.model.forward_time_s == t0
     # 1% of the request's decoding time (> 1 s) covers the 0.01 s lost: the next request measures it
-    # afresh (Drafter.begin_request) and drafts again, output unchanged
+    # afresh (DraftPolicy.begin_request) and drafts again, output unchanged
     again = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert again.stats.draft_tokens > 0 and again.token_ids == res.token_ids
 

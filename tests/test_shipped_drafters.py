@@ -96,7 +96,7 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
         ids = gen.encode_prompt(prompts10[0]["turns"][0])
         want = plain.generate(ids, max_new_tokens=24).token_ids
         seen = {"hidden": 0, "propose": 0, "start": 0}
-        fwd, prop, start = target.forward, d.propose, d.start_request
+        fwd, prop, start = target.forward, d.propose, d.start
 
         def spy_forward(reqs):
             seen["hidden"] += sum(bool(r.hidden) for r in reqs)
@@ -112,17 +112,15 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
 
         monkeypatch.setattr(target, "forward", spy_forward)
         monkeypatch.setattr(d, "propose", spy_propose)
-        monkeypatch.setattr(d, "start_request", spy_start)
+        monkeypatch.setattr(d, "start", spy_start)
         # silenced, with a re-measure far away: a large loss, no time sat out yet
-        monkeypatch.setattr(d, "_saving", -0.01)
-        monkeypatch.setattr(d, "_measure_net", -1e9)
-        monkeypatch.setattr(d, "_silent_s", 0.0)
+        policy = gen.policy
+        policy.saving, policy.measure_net, policy.silent_s = -0.01, -1e9, 0.0
         r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4)
         assert r.token_ids == want and r.stats.draft_tokens == 0
         assert seen == {"hidden": 0, "propose": 0, "start": 0}, seen
         # the budget is spent: this request measures afresh, with hidden states and proposals
-        monkeypatch.setattr(d, "_measure_net", -0.01)
-        monkeypatch.setattr(d, "_silent_s", 100.0)
+        policy.measure_net, policy.silent_s = -0.01, 100.0
         r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4, draft_policy="adaptive")
         assert r.token_ids == want
         assert seen["hidden"] > 0 and seen["start"] == 1 and seen["propose"] > 0, seen
