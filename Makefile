@@ -1,10 +1,13 @@
 # `make demo`: set up everything, then generate from a real prompt on the bundled model.
-# `make test`: set up everything (the Qwen2.5-Coder pair included: the tests need it), then run the test suite.
+# `make test`: set up everything (the Qwen2.5-Coder pair included: the tests need it), then run the
+#    whole test suite: the continuous-integration command.
+# `make test-quick`: set up (no Qwen download), then the quick tier: tests marked `quick`
+#    (verification, sampling, trees, policy, server protocol, errors), under 5 minutes on 2 cores.
 # `make qwen`: install the Qwen2.5-Coder pair on demand (about 1.6 GB to download).
 VENV ?= .venv
 PROMPT ?= Explain in three sentences why speculative decoding does not change the output of a language model.
 
-.PHONY: setup qwen demo test
+.PHONY: setup qwen demo test test-quick
 setup:
 	@bash scripts/setup.sh
 
@@ -16,3 +19,6 @@ demo: setup
 
 test: qwen
 	$(VENV)/bin/python -m pytest -q
+
+test-quick: setup
+	$(VENV)/bin/python -m pytest -q -m "quick and not qwen"

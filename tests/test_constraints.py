@@ -64,6 +64,7 @@ EXTRACT = [
 # ---- spec validation -------------------------------------------------------------------
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("spec, fragment", [
     (lambda: ConstraintSpec.json_schema('{"type": "objekt"}'), "invalid json schema"),
     (lambda: ConstraintSpec.json_schema("not json"), "not valid JSON"),
@@ -469,6 +470,7 @@ def test_cli_structured_output(capsys, tmp_path):
     assert code == 0 and out.lstrip().startswith("{")
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, fragment", [
     (["--json-schema", "nosuchfile.json"], "neither a file nor a JSON object"),
     (["--json-schema", '{"type": "objekt"}'], "invalid json schema"),
@@ -481,6 +483,7 @@ def test_cli_bad_constraints(capsys, argv, fragment):
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.quick
 def test_cli_one_constraint_at_a_time(capsys):
     with pytest.raises(SystemExit) as e:
         run_cli(capsys, "generate", "Hi", "--regex", "a", "--json-object")

@@ -308,6 +308,7 @@ def qwen():
     b.close()
 
 
+@pytest.mark.qwen
 @pytest.mark.parametrize("draft", [SMOL, GEMMA])
 def test_greedy_identity_small_drafters_for_qwen_coder(qwen, draft):
     prompts = [CODE_PROMPTS[0], _prompts()[1]]

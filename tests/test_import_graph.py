@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+
+pytestmark = pytest.mark.quick
+
 SRC = Path(__file__).resolve().parent.parent / "src" / "speculative"
 
 #: modules allowed to import speculative.training: training itself and the command that runs it

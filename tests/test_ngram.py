@@ -6,6 +6,9 @@ from speculative.drafters import NgramDrafter, parse_drafter_spec
 from speculative.errors import ConfigError
 from speculative.sampling import Sampler
 
+
+pytestmark = pytest.mark.quick
+
 S = Sampler(SamplingParams())
 RNG = np.random.default_rng(0)
 

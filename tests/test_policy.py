@@ -3,25 +3,17 @@ across requests and the budgeted re-measure, the fixed policy that never backs o
 
 from __future__ import annotations
 
-from speculative.cost_model import CostModel
+import pytest
+
+from conftest import FrozenCost
 from speculative.drafters import NgramDrafter
 from speculative.drafters.base import DraftProposal, NoDrafter
 from speculative.policy import MAX_SKIP, REMEASURE_BUDGET, DraftPolicy
 from speculative.stats import GenerationStats
 
+pytestmark = pytest.mark.quick
 
-
-class FlatCost(CostModel):
-    """T(n) = 10 ms for any n, not refined by the steps' timings: drafting can always pay."""
-
-    def __init__(self):
-        super().__init__([1, 16], [0.010, 0.010])
-
-    def update(self, n: int, seconds: float) -> None:
-        pass
-
-
-FLAT = FlatCost()
+FLAT = FrozenCost([1, 16], [0.010, 0.010])  # T(n) = 10 ms for any n: drafting can always pay
 
 
 class NetworkDrafter(NoDrafter):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_greedy_identical
+from conftest import assert_greedy_identical, resume_with
 from speculative import SpeculativeGenerator
 from speculative.drafters import shipped_drafters
 from speculative.drafters.base import NoDrafter
@@ -75,9 +75,10 @@ def test_shipped_eagle_tree_greedy_identity_transformers(prompts10):
         for row in prompts10[:3]:
             ids = gen.encode_prompt(row["turns"][0])
             plain = plain_gen.generate(ids, max_new_tokens=32).token_ids
-            r = gen.generate(ids, max_new_tokens=32, num_speculative_tokens=4, draft_policy="fixed")
+            kw = dict(num_speculative_tokens=4, draft_policy="fixed")
+            r = gen.generate(ids, max_new_tokens=32, **kw)
             assert_greedy_identical(gen.target, ids, plain, r.token_ids, exact=False, ties=ties,
-                                    label=f"transformers eagle tree q{row['question_id']}")
+                                    label=f"transformers eagle tree q{row['question_id']}", resume=resume_with(gen, ids, **kw))
             nodes += r.stats.draft_tokens
         assert nodes > 0
     finally:
