@@ -35,7 +35,7 @@ def replay(drafter, ids, messages, cont, k):
     """(steps, drafted, accepted) of a fixed-k greedy run whose output is ``cont``."""
     sampler = Sampler(SamplingParams(temperature=0.0))
     rng = np.random.default_rng(0)
-    st = drafter.start_request(ids, messages)
+    st = drafter.start(ids, messages)
     steps, drafted, accepted, i, n = 1, 0, 0, 1, len(cont)
     try:
         while i < n:
@@ -68,8 +68,8 @@ def sampling_acceptance(target, text_drafter, tli_drafter, ids, messages, cont, 
     rows = target.forward([ForwardRequest(0, ids + cont[:-1], logits=[len(ids) - 1 + i for i in range(n)])])[0].logits
     rows = np.array(rows, copy=True)
     target.truncate(0, 0)
-    st_t = text_drafter.start_request(ids, messages)
-    st_i = tli_drafter.start_request(ids, messages)
+    st_t = text_drafter.start(ids, messages)
+    st_i = tli_drafter.start(ids, messages)
     a_tli = a_text = 0.0
     try:
         for i in range(1, n):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from speculative.backends.base import ForwardRequest
+from speculative.cost_model import CostModel
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_BENCH = Path(os.environ.get("SPEC_BENCH", ROOT / "src" / "speculative" / "data" / "spec_bench" / "question.jsonl"))
@@ -77,6 +78,27 @@ def gemma_weak_path() -> Path:
     return weak_drafter_path("gemma-3-270m")
 
 
+class FrozenCost(CostModel):
+    """A verification cost table T(n) that the engine's own timings do not refine: a test chooses what the
+    adaptive policy sees, whatever this machine's load (or its cached table) says."""
+
+    def update(self, n: int, seconds: float) -> None:
+        pass
+
+
+class SequenceStub:
+    """The sequence bookkeeping of a backend stand-in that keeps no cache (for :func:`next_logits_fresh`)."""
+
+    def allocate_sequence(self, prompt):
+        return 0
+
+    def truncate(self, seq, n):
+        pass
+
+    def release_sequence(self, seq, keep_cache=True):
+        pass
+
+
 def next_logits_fresh(backend, tokens: list[int]) -> np.ndarray:
     """Next-token logits after ``tokens``, from a fresh prefill in a cleared sequence."""
     seq = backend.allocate_sequence(())
@@ -88,26 +110,43 @@ def next_logits_fresh(backend, tokens: list[int]) -> np.ndarray:
     return out
 
 
-def assert_greedy_identical(backend, prompt_ids, plain, spec, *, exact: bool, label: str = "", ties: list | None = None):
-    """Spec output must equal plain greedy output.
+def assert_greedy_identical(backend, prompt_ids, plain, spec, *, exact: bool, label: str = "", ties: list | None = None,
+                            resume=None):
+    """Spec output must equal plain greedy output, all of it.
 
-    With ``exact`` (a batch-invariant backend) they must be identical. Otherwise a
-    divergence is accepted only at a near-tie (top-2 logit gap < 1e-3) of the plain
-    run, and is reported through ``ties``.
+    With ``exact`` (a batch-invariant backend) they must be identical. Otherwise a divergence is
+    accepted only at a near-tie of the plain run (top-2 logit gap < 1e-3 after the reference's tokens
+    before it), is reported through ``ties``, and the rest is still checked: ``resume(prefix, n)``
+    decodes n tokens speculatively after the prompt and ``prefix`` (the reference's tokens up to and
+    including the tied one), and that continuation must match the rest of the reference by the same
+    rule, tie after tie, to the end.
     """
-    if plain == spec:
-        return
-    i = next((j for j, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
-    msg = f"{label}: outputs diverge at new token {i} (plain {plain[i:i+5]}, spec {spec[i:i+5]})"
-    assert not exact, msg
-    assert i < len(plain) and i < len(spec), msg + " (one is a prefix of the other)"
-    logits = next_logits_fresh(backend, list(prompt_ids) + list(plain[:i]))
-    top2 = np.sort(logits)[-2:]
-    gap = float(top2[1] - top2[0])
-    assert gap < 1e-3, msg + f"; the top-2 gap there is {gap:.2e}, not a tie"
-    if ties is not None:
-        ties.append((label, i, gap))
-    print(f"[tie] {msg}; top-2 gap {gap:.2e}")
+    offset = 0  # spec continues the reference from plain[offset]
+    while list(spec) != list(plain[offset:]):
+        rest = plain[offset:]
+        j = next((j for j, (a, b) in enumerate(zip(rest, spec)) if a != b), min(len(rest), len(spec)))
+        i = offset + j
+        msg = f"{label}: outputs diverge at new token {i} (plain {plain[i:i+5]}, spec {spec[j:j+5]})"
+        assert not exact, msg
+        assert j < len(rest) and j < len(spec), msg + " (one is a prefix of the other)"
+        logits = next_logits_fresh(backend, list(prompt_ids) + list(plain[:i]))
+        top2 = np.sort(logits)[-2:]
+        gap = float(top2[1] - top2[0])
+        assert gap < 1e-3, msg + f"; the top-2 gap there is {gap:.2e}, not a tie"
+        if ties is not None:
+            ties.append((label, i, gap))
+        print(f"[tie] {msg}; top-2 gap {gap:.2e}")
+        assert resume is not None, msg + ": a near-tie, and no resume= to check the output after it"
+        offset = i + 1
+        if offset >= len(plain):
+            return
+        spec = list(resume(list(plain[:offset]), len(plain) - offset))
+
+
+def resume_with(gen, prompt_ids, **overrides):
+    """``resume=`` for :func:`assert_greedy_identical`: ``gen`` decoding after ``prompt_ids`` + a prefix,
+    with the same ``overrides`` as the run being checked."""
+    return lambda prefix, n: gen.generate(list(prompt_ids) + list(prefix), max_new_tokens=n, **overrides).token_ids
 
 
 class InProcessServer:

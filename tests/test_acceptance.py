@@ -12,6 +12,7 @@ from speculative.cli import main
 from speculative.stats import GenerationStats
 
 
+@pytest.mark.quick
 def test_run_lengths_and_chain_simulation_by_hand():
     assert run_lengths([True, True, False, True, False, True, True, True]).tolist() == [2, 1, 0, 1, 0, 3, 2, 1]
     # 10 tokens: the prefill yields token 0; steps start at 1, 3, 4, 5, 8 (k = 2, budget max_new - i - 1)
@@ -103,6 +104,7 @@ def test_acceptance_command_self_draft_is_exact_and_resumes(tmp_path, capsys):
     assert "other max_new_tokens" in capsys.readouterr().err
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, fragment", [
     (["--drafter", "eagle:smollm2-135m-instruct-eagle"], "chain drafters"),
     (["--drafter", "ngram,tree=3"], "chain drafters"),

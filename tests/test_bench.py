@@ -18,6 +18,7 @@ from speculative.verification import VerifyResult
 SMOKE = ["--categories", "mt_bench", "qa", "--per-category", "1", "--max-new-tokens", "6", "--no-progress"]
 
 
+@pytest.mark.quick
 def test_datasets_select_evenly_and_devset_is_not_spec_bench():
     qs = load_questions("spec-bench")
     assert len(qs) == 480 and {q.category for q in qs} == set(CATEGORIES) - {"code"}
@@ -155,6 +156,7 @@ def test_injected_greedy_mismatch_fails_the_bench(tmp_path, monkeypatch, capsys)
     assert res["failures"] and res["failures"][0]["method"] == "ngram"
 
 
+@pytest.mark.quick
 def test_predicted_speedup_from_stats_by_hand():
     # 10 steps after prefill: 4 with 3 draft tokens, 6 plain; 12 draft tokens, 6 accepted
     s = GenerationStats(num_speculative_tokens=3)
@@ -199,22 +201,58 @@ def test_drafter_size_table_and_plot(tmp_path):
     assert "drafter_size.png" in plots(res, tmp_path) and (tmp_path / "drafter_size.png").stat().st_size > 1000
 
 
+@pytest.mark.quick
 def test_geometric_mean_interval():
-    g, lo, hi = geometric_mean_ci([2.0, 0.5, 1.0, 1.0])
-    assert g == pytest.approx(1.0) and lo < 1 < hi
+    """The interval of every published speedup: a t-interval on the log ratios, checked against scipy's
+    own t-interval and against a t quantile from the tables (n = 4: t(0.975, 3) = 3.1824)."""
+    import math
+
+    import numpy as np
+    from scipy import stats
+
+    ratios = [1.30, 0.95, 1.12, 1.41]
+    logs = np.log(ratios)
+    se = logs.std(ddof=1) / 2.0
+    g, lo, hi = geometric_mean_ci(ratios)
+    assert g == pytest.approx(math.exp(logs.mean()), rel=1e-12)
+    assert (lo, hi) == pytest.approx((math.exp(logs.mean() - 3.182446305 * se), math.exp(logs.mean() + 3.182446305 * se)),
+                                     rel=1e-9)
+    ref = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
+    assert (lo, hi) == pytest.approx(tuple(math.exp(x) for x in ref), rel=1e-12)
+    # a normal quantile (1.96) or n degrees of freedom instead of n - 1 would give a narrower interval
+    assert hi / lo == pytest.approx(math.exp(2 * 3.182446305 * se), rel=1e-9) and hi / lo > math.exp(2 * 2.776 * se)
+    for confidence in (0.9, 0.99):
+        ref = stats.t.interval(confidence, 9, loc=0.0, scale=1.0)
+        g, lo, hi = geometric_mean_ci([math.exp(x) for x in (-1.5, -1, -0.5, 0, 0, 0, 0, 0.5, 1, 1.5)], confidence)
+        s = np.std([-1.5, -1, -0.5, 0, 0, 0, 0, 0.5, 1, 1.5], ddof=1) / math.sqrt(10)
+        assert (math.log(lo), math.log(hi)) == pytest.approx((ref[0] * s, ref[1] * s), abs=1e-12)
     g, lo, hi = geometric_mean_ci([1.1] * 5)
     assert g == pytest.approx(1.1) and lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
 
 
-def test_profile_command(capsys):
+def test_profile_command(capsys, monkeypatch):
+    """`speculative profile` reports the measured T(n) and, per k, the ceiling (k+1)·T(1)/T(k+1): exactly
+    for a known table, consistently for a real measurement (costs never fall with n)."""
+    from speculative import cost_model
+
     code = main(["profile", "--max-tokens", "4", "--context", "64", "--repeats", "2", "--json"])
     assert code == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = out["rows"]
-    assert [r["tokens"] for r in rows] == [1, 2, 3, 4]
-    assert all(r["ms"] > 0 for r in rows) and rows[0]["ceiling_speedup"] == 1.0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["tokens"] for r in rows] == [1, 2, 3, 4] and [r["k"] for r in rows] == [0, 1, 2, 3]
+    ms = [r["ms"] for r in rows]
+    assert ms == sorted(ms) and ms[0] > 0
+    for r in rows:
+        assert r["ms_per_token"] == pytest.approx(r["ms"] / r["tokens"])
+        assert r["ceiling_speedup"] == pytest.approx(r["tokens"] * ms[0] / r["ms"])
+    known = CostModel([1, 2, 3, 4], [0.010, 0.015, 0.020, 0.030])
+    monkeypatch.setattr(cost_model, "measure_verify_cost", lambda *a, **k: known)
+    assert main(["profile", "--max-tokens", "4", "--context", "64", "--repeats", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["ms"] for r in rows] == pytest.approx([10.0, 15.0, 20.0, 30.0])
+    assert [r["ceiling_speedup"] for r in rows] == pytest.approx([1.0, 2 * 10 / 15, 3 * 10 / 20, 4 * 10 / 30])
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "argv, fragment",
     [
@@ -241,6 +279,7 @@ class _nullcontext:
         return False
 
 
+@pytest.mark.quick
 def test_decode_rates_leave_out_runs_with_too_few_decoded_tokens():
     """A run that stops after a token or two (EOS at once) has no decode rate: it must not enter the decode
     speedup (it made one method's 2.56x with a 95% CI of 0.3-21.5), and the report says it was left out."""

@@ -16,6 +16,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import SequenceStub
 from speculative.check import (
     CheckConfig,
     Position,
@@ -77,7 +78,7 @@ def test_config_validation():
             CheckConfig(**bad).validate()
 
 
-class _FakeTarget:
+class _FakeTarget(SequenceStub):
     """Just what ``greedy_part`` reads of a target: token texts and a forward for the top-2 gap."""
 
     def __init__(self, batch_invariant, gap):
@@ -85,15 +86,6 @@ class _FakeTarget:
 
     def token_text(self, i):
         return f"<{i}>"
-
-    def allocate_sequence(self, prompt):
-        return 0
-
-    def truncate(self, seq, n):
-        pass
-
-    def release_sequence(self, seq, keep_cache=True):
-        pass
 
     def forward(self, reqs):
         from speculative.backends.base import ForwardResult

@@ -41,12 +41,21 @@ def test_generate_text_and_summary(capsys):
     assert "acceptance rate" not in err
 
 
+@pytest.mark.quick
 def test_drafter_none_equals_plain_and_no_chat(capsys):
-    _, a, _ = run_cli(capsys, "generate", "The sky is", "--no-chat", "--max-new-tokens", "10", "--json", "--drafter", "none")
-    _, b, _ = run_cli(capsys, "generate", "The sky is", "--no-chat", "--max-new-tokens", "10", "--json", "--drafter", "ngram,min=1,max=3", "--k", "3")
-    assert json.loads(a)["token_ids"] == json.loads(b)["token_ids"]
+    """The CLI's speculative output equals its plain output on a raw (--no-chat) prompt whose repetition
+    the n-gram drafter picks up: drafts verified (fixed policy), some accepted and some rejected."""
+    prompt = "Alice has a cat. Bob has a dog. Alice has a cat. Bob has"
+    common = ["generate", prompt, "--no-chat", "--max-new-tokens", "16", "--json"]
+    _, a, _ = run_cli(capsys, *common, "--drafter", "none")
+    _, b, _ = run_cli(capsys, *common, "--drafter", "ngram,min=1,max=3", "--k", "3", "--draft-policy", "fixed")
+    plain, spec = json.loads(a), json.loads(b)
+    assert spec["token_ids"] == plain["token_ids"] and len(plain["token_ids"]) == 16
+    s = spec["stats"]
+    assert 0 < s["accepted_tokens"] < s["draft_tokens"], s
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "argv, fragment",
     [
@@ -76,6 +85,7 @@ def test_bad_input_is_one_clear_line(capsys, argv, fragment):
     assert "Traceback" not in err
 
 
+@pytest.mark.quick
 def test_corrupt_model_file(capsys, tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
@@ -98,6 +108,7 @@ def test_draft_model_with_short_context_stays_lossless(capsys):
     assert json.loads(b)["stats"]["accepted_tokens"] > 0
 
 
+@pytest.mark.quick
 def test_console_script_and_models_listing():
     r = subprocess.run([sys.executable, "-m", "speculative.cli", "models"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "smollm2-135m-instruct" in r.stdout and "gemma-3-270m" in r.stdout
@@ -122,6 +133,7 @@ def test_make_drafter(capsys, tmp_path):
     assert code == 2 and "exists" in err
 
 
+@pytest.mark.quick
 def test_drafter_tools_bad_input(capsys, tmp_path):
     """import-drafter, export-drafter and train-drafter: one-line errors, nothing deleted or half-written."""
 

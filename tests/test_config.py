@@ -4,6 +4,9 @@ from speculative.config import GenerationConfig, SamplingParams
 from speculative.errors import ConfigError
 
 
+pytestmark = pytest.mark.quick
+
+
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [

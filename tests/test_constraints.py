@@ -64,6 +64,7 @@ EXTRACT = [
 # ---- spec validation -------------------------------------------------------------------
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("spec, fragment", [
     (lambda: ConstraintSpec.json_schema('{"type": "objekt"}'), "invalid json schema"),
     (lambda: ConstraintSpec.json_schema("not json"), "not valid JSON"),
@@ -185,8 +186,8 @@ def test_greedy_other_constraints_identical_to_plain(smol, draft_model, kind):
 def test_greedy_token_trees_identical_to_plain(plain_json, monkeypatch):
     gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="ngram,tree=3", n_ctx=2048)
     trees = []
-    orig = DecodeRequest._commit_tree
-    monkeypatch.setattr(DecodeRequest, "_commit_tree", lambda self, *a, **kw: trees.append(1) or orig(self, *a, **kw))
+    orig = DecodeRequest._accept_tree
+    monkeypatch.setattr(DecodeRequest, "_accept_tree", lambda self, *a, **kw: trees.append(1) or orig(self, *a, **kw))
     try:
         for prompt, plain in zip(EXTRACT, plain_json):
             r = gen.generate(prompt, json_schema=PERSON, max_new_tokens=96, num_speculative_tokens=4,
@@ -402,7 +403,7 @@ def _wrong_cut_samples_p(monkeypatch):
 
     def constrain(self, p):
         out = orig(self, p)
-        self._cut = None  # bug: the cut position draws from p, not from the residual
+        out.cut = None  # bug: the cut position draws from p, not from the residual
         return out
 
     monkeypatch.setattr(DecodeRequest, "_constrain", constrain)
@@ -469,6 +470,7 @@ def test_cli_structured_output(capsys, tmp_path):
     assert code == 0 and out.lstrip().startswith("{")
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, fragment", [
     (["--json-schema", "nosuchfile.json"], "neither a file nor a JSON object"),
     (["--json-schema", '{"type": "objekt"}'], "invalid json schema"),
@@ -481,6 +483,7 @@ def test_cli_bad_constraints(capsys, argv, fragment):
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.quick
 def test_cli_one_constraint_at_a_time(capsys):
     with pytest.raises(SystemExit) as e:
         run_cli(capsys, "generate", "Hi", "--regex", "a", "--json-object")

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from speculative.cost_model import (
-    AcceptanceCalibration,
     CostModel,
     alpha_from_tau,
     choose_draft_length,
@@ -13,7 +12,10 @@ from speculative.cost_model import (
     expected_tokens,
     predicted_speedup,
 )
-from speculative.drafters.base import ShadowScorer
+from speculative.drafters.calibration import AcceptanceCalibration, ShadowScorer
+
+
+pytestmark = pytest.mark.quick
 
 
 def test_expected_tokens_and_its_inverse():
@@ -30,9 +32,12 @@ def test_predicted_speedup_by_hand():
     # tau = 3 tokens/step, k = 4, drafter 1 ms/token, T(1) = 10 ms, T(5) = 30 ms:
     # S = 3 * 10 / (4 * 1 + 30) = 30 / 34
     assert predicted_speedup(3.0, 4, 0.001, 0.010, 0.030) == pytest.approx(30 / 34)
-    # a free drafter at perfect acceptance reaches the ceiling (k+1) T(1) / T(k+1)
+    # a free drafter at perfect acceptance reaches the ceiling (k+1) T(1) / T(k+1): with T(5) interpolated
+    # between T(4) = 28 ms and T(8) = 51 ms, T(5) = 33.75 ms and the ceiling at k = 4 is 50 / 33.75
     cm = CostModel([1, 2, 4, 8], [0.010, 0.018, 0.028, 0.051])
-    assert predicted_speedup(5.0, 4, 0.0, cm.time(1), cm.time(5)) == pytest.approx(cm.ceiling(4))
+    assert cm.time(5) == pytest.approx(0.03375)
+    assert cm.ceiling(4) == pytest.approx(50 / 33.75)
+    assert predicted_speedup(5.0, 4, 0.0, cm.time(1), cm.time(5)) == pytest.approx(50 / 33.75)
 
 
 def test_drafting_gain_per_token_by_hand():
@@ -115,20 +120,17 @@ def test_choose_tree_nodes_by_path_probability():
 def test_sampled_drafts_are_verified_whole():
     """The adaptive policy may cut a deterministic draft, never a sampled one: choosing the
     verified length from the random draft's own confidences would bias the output."""
-    from types import SimpleNamespace
-
     import numpy as np
 
     from speculative.drafters.base import DraftProposal
-    from speculative.engine import DecodeRequest
+    from speculative.selection import chain_length
 
     steep = CostModel(sizes=[1, 2, 4, 8], seconds=[0.01, 0.02, 0.04, 0.08])
-    me = SimpleNamespace(cost=steep, rate=lambda: 100.0)
     conf = [0.9, 0.05, 0.05, 0.05]
     det = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf)
     sampled = DraftProposal(tokens=[1, 2, 3, 4], confidence=conf, probs=np.full((4, 8), 1 / 8))
-    assert DecodeRequest.choose_length(me, det) < 4
-    assert DecodeRequest.choose_length(me, sampled) == 4
+    assert chain_length(det, steep, 100.0) < 4
+    assert chain_length(sampled, steep, 100.0) == 4
 
 
 def test_sizes_not_timed_live_follow_the_live_ones():
@@ -181,12 +183,26 @@ def test_a_drifted_cached_table_is_written_back(tmp_path):
     assert not CostModel([1], [0.01]).save_if_drifted()  # not from a cache file
 
 
+class _Clock:
+    """A stand-in for the clock: it moves only when a fake forward says so (no sleeping, no load)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def perf_counter(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+
 class _Timed:
-    """A backend stand-in whose forward takes what the schedule says (for the steadiness check)."""
+    """A backend stand-in whose forward takes what the schedule says, on the fake clock."""
 
     vocab_size, n_ctx, name, model_id = 1000, 4096, "fake", "fake"
 
-    def __init__(self, schedule):
+    def __init__(self, clock: _Clock, schedule):
+        self.clock = clock
         self.schedule = schedule
         self.calls = 0
 
@@ -194,32 +210,38 @@ class _Timed:
         pass
 
     def forward(self, reqs):
-        import time as _t
-
         self.calls += 1
-        _t.sleep(self.schedule(self.calls, len(reqs[0].tokens)))
+        self.clock.t += self.schedule(self.calls, len(reqs[0].tokens))
 
     def cost_key(self):
         return "fake-steady-test"
 
 
 def test_unsteady_measurements_are_repeated_and_not_cached(tmp_path, monkeypatch):
+    """T(1) timed again at the end of a measurement decides whether the table is trusted; timings come from
+    a fake clock, so the verdicts do not depend on how busy the machine is."""
     from speculative import cost_model
 
+    clock = _Clock()
+    monkeypatch.setattr(cost_model, "time", clock)
     monkeypatch.setenv("SPECULATIVE_CACHE_DIR", str(tmp_path))
     fast, slow = 0.010, 0.040
-    steady = cost_model.measure_verify_cost(_Timed(lambda call, n: fast), sizes=(1, 2), context_tokens=0, repeats=3)
-    assert steady.steady
-    # the machine gets busy half-way: T(1) timed again at the end differs
-    flip = _Timed(lambda call, n: fast if call <= 5 else slow)
+    steady = cost_model.measure_verify_cost(_Timed(clock, lambda call, n: fast * n), sizes=(1, 2), context_tokens=0,
+                                            repeats=3)
+    assert steady.steady and steady.sizes == [1, 2] and steady.seconds == pytest.approx([0.010, 0.020])
+    # the machine gets 4x slower half-way: T(1) timed again at the end differs by more than 30%
+    flip = _Timed(clock, lambda call, n: fast if call <= 5 else slow)
     assert not cost_model.measure_verify_cost(flip, sizes=(1, 2), context_tokens=0, repeats=3).steady
+    # 25% slower at the end is within the tolerance (STEADY_TOLERANCE = 0.3)
+    drift = _Timed(clock, lambda call, n: fast if call <= 8 else 1.25 * fast)
+    assert cost_model.measure_verify_cost(drift, sizes=(1, 2), context_tokens=0, repeats=3).steady
     # cached_verify_cost with sizes (1, 2): 11 forwards per measurement (context, warm-up, 3 x T(1),
     # 3 x T(2), 3 x T(1) again); busy from the 6th of each: unsteady twice -> returned, not cached
     monkeypatch.setattr(cost_model, "PROFILE_SIZES", (1, 2))
-    busy = _Timed(lambda call, n: fast if 1 <= call % 11 <= 5 else slow)
+    busy = _Timed(clock, lambda call, n: fast if 1 <= call % 11 <= 5 else slow)
     got = cost_model.cached_verify_cost(busy)
     assert busy.calls == 22 and not got.steady and got.cache_path is None
     assert not list(tmp_path.rglob("fake-steady-test.json"))
-    ok = cost_model.cached_verify_cost(_Timed(lambda call, n: fast))
+    ok = cost_model.cached_verify_cost(_Timed(clock, lambda call, n: fast))
     assert ok.steady and ok.cache_path is not None and ok.cache_path.exists()
-    assert cost_model.cached_verify_cost(_Timed(lambda call, n: slow)).time(1) == ok.time(1)  # read back
+    assert cost_model.cached_verify_cost(_Timed(clock, lambda call, n: slow)).time(1) == ok.time(1)  # read back

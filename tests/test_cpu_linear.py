@@ -102,10 +102,23 @@ def test_environment_forces_a_form_and_rejects_unknown_ones(cache, monkeypatch):
         cpu_linear.install(ThreeLayers())
 
 
-def test_measure_times_both_forms(cache):
+def test_measure_times_both_forms(cache, monkeypatch):
+    """measure() times F.linear and the transposed form alternately, reps times each per row count, on the
+    same product x·Wᵀ, and reports (F.linear's median, the transposed form's median) in milliseconds."""
     w = torch.randn(64, 32)
-    times = cpu_linear.measure(w, rows=(2, 3), reps=2)
-    assert set(times) == {2, 3} and all(a > 0 and b > 0 for a, b in times.values())
+    products = []
+    fake_ms = iter([5.0, 1.0, 7.0, 2.0, 100.0, 3.0] * 2)  # per row count: F.linear, transposed, alternating
+
+    def timed(fn):
+        products.append(fn())
+        return next(fake_ms)
+
+    monkeypatch.setattr(cpu_linear, "_time_ms", timed)
+    times = cpu_linear.measure(w, rows=(2, 3), reps=3)
+    assert times == {2: (7.0, 2.0), 3: (7.0, 2.0)}  # medians of (5, 7, 100) and of (1, 2, 3)
+    assert [p.shape for p in products] == [(2, 64)] * 6 + [(3, 64)] * 6
+    for a, b in zip(products[0::2], products[1::2]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)  # both forms compute the same x·Wᵀ
 
 
 def test_summary_for_doctor(cache, monkeypatch):

@@ -220,14 +220,14 @@ def test_special_tokens_in_the_prompt(smol, gemma):
     try:
         ids = smol.encode("<|im_start|>user\nHi<|im_end|>\n")
         assert smol.encode("<|im_start|>")[0] in ids  # the target parsed it as a special token
-        st = d.start_request(ids)
+        st = d.start(ids)
         assert gemma.decode(st.dprompt) == "<|im_start|>user\nHi<|im_end|>\n"  # Gemma lacks it: text
         d.finish(st)
     finally:
         d.close()
     d = build_drafter(f"model:{SMOL},threads=1", gemma)
     try:
-        st = d.start_request(gemma.encode("Q: <|im_end|> <end_of_turn> A:"))
+        st = d.start(gemma.encode("Q: <|im_end|> <end_of_turn> A:"))
         assert smol.encode("<|im_end|>")[0] in st.dprompt  # SmolLM2 has <|im_end|>: parsed as its own
         assert st.dprompt == smol.encode("Q: <|im_end|> <end_of_turn> A:")  # Gemma's <bos> left out
         d.finish(st)
@@ -241,10 +241,10 @@ def test_the_drafter_renders_chat_messages_with_its_own_template(smol, gemma):
     d = build_drafter(f"model:{SMOL},threads=1", gemma)
     try:
         msgs = [{"role": "user", "content": "Name three colors."}]
-        st = d.start_request(gemma.encode("Name three colors."), msgs)
+        st = d.start(gemma.encode("Name three colors."), msgs)
         assert st.dprompt == smol.apply_chat_template(msgs)
         d.finish(st)
-        st = d.start_request(gemma.encode("Name three colors."))
+        st = d.start(gemma.encode("Name three colors."))
         assert smol.decode(st.dprompt) == "Name three colors."
         d.finish(st)
     finally:
@@ -308,6 +308,7 @@ def qwen():
     b.close()
 
 
+@pytest.mark.qwen
 @pytest.mark.parametrize("draft", [SMOL, GEMMA])
 def test_greedy_identity_small_drafters_for_qwen_coder(qwen, draft):
     prompts = [CODE_PROMPTS[0], _prompts()[1]]
@@ -341,8 +342,8 @@ def test_draft_cache_is_rolled_back_never_prefilled_twice(gemma):
         truncate(seq, n)
 
     states: list[CrossVocabState] = []
-    start = d.start_request
-    d.start_request = lambda *a, **k: states.append(start(*a, **k)) or states[-1]
+    start = d.start
+    d.start = lambda *a, **k: states.append(start(*a, **k)) or states[-1]
     try:
         m.truncate(0, 0)
         m.forward, m.truncate = counting_forward, counting_truncate
@@ -403,7 +404,7 @@ def _tli_rows(target, drafter_spec, params, contexts=TLI_CONTEXTS):
             ids = plain.encode_prompt(prompt)
             ctx = ids + (plain.generate(ids, max_new_tokens=cut).token_ids if cut else [])
             p = s.probs(next_logits_fresh(target, ctx))
-            st = d.start_request(ids)
+            st = d.start(ids)
             prop = d.propose(st, ctx, 1, s, np.random.default_rng(0))
             d.finish(st)
             q = prop.probs[0]

@@ -332,7 +332,7 @@ def test_eagle3_bad_checkpoint(tmp_path):
 
 def test_export_speculators_round_trip(tiny_target, tmp_path):
     """Our head exported to speculators and imported back computes the same drafts."""
-    from speculative.training.heads import EagleHead, HeadConfig, save_head
+    from speculative.drafters.head_nets import EagleHead, HeadConfig, save_head
 
     torch.manual_seed(3)
     cfg = HeadConfig(method="eagle", hidden_size=H, vocab_ids=list(range(tiny_target.vocab_size)), n_heads=NH,

@@ -56,6 +56,7 @@ def test_logits_bitwise_equal_for_odd_and_large_batches(request, fixture):
     assert rep.identical, f"{backend.model_id}: max difference {rep.max_abs_diff}"
 
 
+@pytest.mark.qwen
 def test_logits_bitwise_equal_qwen_target():
     name = "qwen2.5-coder-1.5b-instruct"
     if name not in REGISTRY:

@@ -6,6 +6,9 @@ from speculative.drafters import NgramDrafter, parse_drafter_spec
 from speculative.errors import ConfigError
 from speculative.sampling import Sampler
 
+
+pytestmark = pytest.mark.quick
+
 S = Sampler(SamplingParams())
 RNG = np.random.default_rng(0)
 
@@ -69,54 +72,3 @@ def test_bad_options():
         parse_drafter_spec("ngram,min")
     spec = parse_drafter_spec("model:foo.gguf,ctx=128")
     assert spec.kind == "model" and spec.name == "foo.gguf" and spec.options == {"ctx": "128"}
-
-
-def test_backoff_skips_1_2_4_then_resets():
-    from speculative.drafters.base import BackOff
-
-    b = BackOff(max_skip=4)
-    pattern = []
-    for _ in range(12):
-        if b.skipping():
-            pattern.append("s")
-            continue
-        pattern.append("p")
-        b.update(0.1, min_confidence=0.5)  # an unpromising proposal
-    assert "".join(pattern) == "pspsspssssps"
-    while b.skipping():
-        pass
-    b.update(0.9, min_confidence=0.5)  # a promising proposal
-    assert b.misses == 0 and not b.skipping()
-    b.update(0.1, min_confidence=0.0)  # the fixed policy (no threshold) never backs off
-    assert not b.skipping()
-
-
-def test_silenced_drafter_is_remeasured_within_a_budget():
-    """A negative measured saving silences a drafter; it is measured afresh once the decoding time it
-    sat out, times the budget (1%), covers what the last measurement lost; one that pays ends it."""
-    from speculative.drafters.base import REMEASURE_BUDGET
-
-    assert REMEASURE_BUDGET == 0.01
-    d = NgramDrafter()
-    assert not d.begin_request()  # nothing measured yet: nothing to re-measure
-    d.observe_saving(-1.5, 2)  # the first measurement: two drafted steps that lost 2 s in all
-    d.observe_saving(-0.5, 1)
-    d.end_request(120.0, drafted=True)  # the request that measured it is not sat out
-    pattern = []
-    for _ in range(6):
-        pattern.append(d.begin_request())
-        if not pattern[-1]:
-            d.end_request(45.0, drafted=False)  # each silent request decodes for 45 s
-    assert pattern == [False] * 5 + [True]  # after 4 silent requests 180 s x 1% < 2 s; after 5, 225 s
-    assert d.measured_saving_per_token() is None  # the old measurement is forgotten
-    d.observe_saving(-0.2, 1)  # the re-measure loses 0.2 s: measured again after 20 s sat out
-    d.end_request(30.0, drafted=True)
-    assert not d.begin_request()
-    d.end_request(19.0, drafted=False)
-    assert not d.begin_request()
-    d.end_request(1.0, drafted=False)
-    assert d.begin_request()
-    d.observe_saving(0.3, 2)  # this one pays: the drafter drafts again, nothing to re-measure
-    assert d.measured_saving_per_token() == 0.15
-    d.end_request(500.0, drafted=True)
-    assert not d.begin_request() and d.measured_saving_per_token() == 0.15

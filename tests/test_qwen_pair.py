@@ -12,7 +12,8 @@
   pair never drafts and never pays the draft model's prefill; with a flat T(n) the same
   policy drafts.
 
-Prompts are at most 200 tokens and generations at most 32 tokens (CI budget).
+Prompts are at most 200 tokens and generations at most 32 tokens (CI budget). Tests that need the
+pair installed (`make qwen`) are marked ``qwen``; the quick tier leaves them out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import FrozenCost
 from test_sampling_real import _emitted_counts, _next_logits, _pvalue
 
 from speculative.config import SamplingParams
@@ -95,6 +97,7 @@ def test_missing_part_is_named(tmp_path, monkeypatch):
         bad.gguf_path()
 
 
+@pytest.mark.qwen
 def test_pair_is_registered_with_checksums():
     for name, n_parts in ((TARGET, 22), (DRAFT, 6)):
         e = REGISTRY[name]
@@ -129,6 +132,7 @@ def _prompts():
     return [r["turns"][0] for r in rows] + [CODE_PROMPT]
 
 
+@pytest.mark.qwen
 def test_pair_greedy_identity(qwen_pair):
     plain = SpeculativeGenerator(qwen_pair.target)
     accepted = rejected = 0
@@ -144,6 +148,7 @@ def test_pair_greedy_identity(qwen_pair):
     assert accepted > 0 and rejected > 0
 
 
+@pytest.mark.qwen
 def test_target_as_its_own_draft_model_accepts_everything(qwen):
     d = build_drafter(f"model:{TARGET}", qwen)
     try:
@@ -155,6 +160,7 @@ def test_target_as_its_own_draft_model_accepts_everything(qwen):
         d.close()
 
 
+@pytest.mark.qwen
 def test_draft_model_q_is_what_it_samples_and_verification_gives_p(qwen_pair):
     """The q in the acceptance ratio is the draft model's processed distribution; with it,
     verification emits the target's p (chi-square, p-value > 1e-3, 100,000 draws per position);
@@ -205,33 +211,27 @@ STEEP = CostModel(sizes=[1, 2, 4, 5, 8, 16], seconds=[0.0666, 0.1226, 0.2213, 0.
 FLAT = CostModel(sizes=[1, 2, 4, 5, 8, 16], seconds=[0.0666] * 6)
 
 
+@pytest.mark.qwen
 def test_draft_cost_is_measured(qwen_pair):
-    assert qwen_pair.drafter.draft_cost_estimate() > 0  # the 0.5B's own T(1), measured once and cached
+    assert qwen_pair.policy.draft_cost_estimate() > 0  # the 0.5B's own T(1), measured once and cached
 
 
-class _FrozenCost(CostModel):
-    def update(self, n: int, seconds: float) -> None:
-        pass
-
-
+@pytest.mark.qwen
 @pytest.mark.parametrize("cost, drafts", [(STEEP, False), (FLAT, True)])
-def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts, monkeypatch):
+def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts):
     """Same policy, same drafter cost (the 0.5B's T(1) measured here: 32 ms); only T(n) differs."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_accepts", 0)  # acceptance: the prior, not what earlier tests measured
-    monkeypatch.setattr(d, "_rejects", 0)
-    monkeypatch.setattr(d, "_saving", None)
-    monkeypatch.setattr(d, "_catchup_rate", 0.002)  # seconds per caught-up prompt token (about what it is here)
-    frozen = _FrozenCost.from_dict(cost.to_dict())  # no online refinement from this (noisy) machine's timings
-    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)
-    t0 = d.model_time_s()
+    frozen = FrozenCost.from_dict(cost.to_dict())  # no online refinement from this (noisy) machine's timings
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)  # a new policy: acceptance at its prior
+    gen.policy.draft_cost_prior = 0.032
+    gen.policy.catchup_rate = 0.002  # seconds per caught-up prompt token (about what it is here)
+    t0 = d.model.forward_time_s
     res = gen.generate(CODE_PROMPT, max_new_tokens=32, num_speculative_tokens=4)
     if drafts:
         assert res.stats.draft_tokens > 0 and res.stats.accepted_tokens > 0
     else:
         assert res.stats.draft_tokens == 0
-        assert d.model_time_s() == t0, "the draft model ran (its prefill was paid) although drafting cannot pay"
+        assert d.model.forward_time_s == t0, "the draft model ran (its prefill was paid) although drafting cannot pay"
 
 
 LONG_PROMPT = (
@@ -241,6 +241,7 @@ LONG_PROMPT = (
 )
 
 
+@pytest.mark.qwen
 @pytest.mark.parametrize("catchup_rate, expect", [(1e-6, "all"), (0.001, "window"), (0.5, "none")])
 def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expect, monkeypatch):
     """The draft model catches up on the prompt only as far as drafting the rest of the budget
@@ -248,13 +249,10 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
     prompt only, and only after plain decoding has forgone as much as that costs (output unchanged);
     none when even that would not pay. Frozen flat T(n), 32 ms a draft token, alpha 0.8."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_catchup_rate", catchup_rate)
-    monkeypatch.setattr(d, "_accepts", 4)
-    monkeypatch.setattr(d, "_rejects", 1)
-    monkeypatch.setattr(d, "_saving", None)  # no measured saving from earlier tests
     d.reset_caches()  # no prompt prefix left in the draft model's cache by an earlier test
-    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=FrozenCost.from_dict(FLAT.to_dict()))
+    p = gen.policy  # a new policy: no measured saving from earlier tests
+    p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, catchup_rate, 4, 1
     ids = gen.encode_prompt(LONG_PROMPT)
     assert 150 < len(ids) <= 400
     ref = SpeculativeGenerator(qwen_pair.target).generate(ids, max_new_tokens=24).token_ids
@@ -286,31 +284,50 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
         assert len(target_steps) >= 5, "the draft model caught up before drafting could have repaid it"
 
 
-def test_measured_saving_caps_the_catchup(qwen_pair, monkeypatch):
+@pytest.mark.qwen
+def test_measured_saving_caps_the_catchup(qwen_pair):
     """A drafter whose drafted steps measurably saved nothing is not caught up on a new prompt, however
     well its verified drafts were accepted (the same set-up as the "window" case above, which drafts),
     until a later request re-measures it."""
     d = qwen_pair.drafter
-    monkeypatch.setattr(d, "_cost_estimate", 0.032)
-    monkeypatch.setattr(d, "_catchup_rate", 0.001)
-    monkeypatch.setattr(d, "_accepts", 40)
-    monkeypatch.setattr(d, "_rejects", 1)
-    monkeypatch.setattr(d, "_saving", -0.01)
-    monkeypatch.setattr(d, "_measure_net", -0.01)  # what that measurement lost, seconds
-    monkeypatch.setattr(d, "_silent_s", 0.0)
     d.reset_caches()
-    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=_FrozenCost.from_dict(FLAT.to_dict()))
-    t0 = d.model_time_s()
+    gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=FrozenCost.from_dict(FLAT.to_dict()))
+    p = gen.policy
+    p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, 0.001, 40, 1
+    p.saving, p.measure_net, p.silent_s = -0.01, -0.01, 0.0  # measured: it lost 0.01 s
+    t0 = d.model.forward_time_s
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
-    assert res.stats.draft_tokens == 0 and d.model_time_s() == t0
+    assert res.stats.draft_tokens == 0 and d.model.forward_time_s == t0
     # 1% of the request's decoding time (> 1 s) covers the 0.01 s lost: the next request measures it
-    # afresh (Drafter.begin_request) and drafts again, output unchanged
+    # afresh (DraftPolicy.begin_request) and drafts again, output unchanged
     again = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert again.stats.draft_tokens > 0 and again.token_ids == res.token_ids
 
 
-def test_orchestration_overhead_is_accounted(qwen_pair):
+@pytest.mark.qwen
+def test_orchestration_overhead_is_accounted(qwen_pair, monkeypatch):
+    """The statistics' time split: the target's and the draft model's forward time are what their forwards
+    took in this generation (timed from outside here), and the overhead is the rest of the wall time."""
+    import time
+
+    target, model = qwen_pair.target, qwen_pair.drafter.model
+    qwen_pair.generate(CODE_PROMPT, max_new_tokens=4, draft_policy="fixed")  # both models have run before
+    spent = {"target": 0.0, "draft": 0.0}
+
+    def timed(name, forward):
+        def wrapper(reqs):
+            t0 = time.perf_counter()
+            out = forward(reqs)
+            spent[name] += time.perf_counter() - t0
+            return out
+        return wrapper
+
+    monkeypatch.setattr(target, "forward", timed("target", target.forward))
+    monkeypatch.setattr(model, "forward", timed("draft", model.forward))
     res = qwen_pair.generate(CODE_PROMPT, max_new_tokens=16, num_speculative_tokens=4, draft_policy="fixed")
     st = res.stats
-    assert st.target_forward_time_s > 0 and st.draft_forward_time_s > 0
-    assert 0 <= st.overhead_time_s < st.wall_time_s
+    assert st.draft_tokens > 0
+    assert st.target_forward_time_s == pytest.approx(spent["target"], rel=0.02, abs=0.002)
+    assert st.draft_forward_time_s == pytest.approx(spent["draft"], rel=0.02, abs=0.002)
+    assert st.overhead_time_s == pytest.approx(st.wall_time_s - spent["target"] - spent["draft"], abs=0.005)
+    assert st.overhead_time_s < 0.2 * st.wall_time_s

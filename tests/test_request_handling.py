@@ -60,6 +60,7 @@ def long_prompt(smol) -> tuple[str, int]:
 # ---- the context window: CLI -------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_cli_prompt_longer_than_the_window_is_one_line():
     # used to abort in llama.cpp (GGML_ASSERT n_tokens_all <= n_batch) with a core dump
     one_line_error(cli("generate", "Hi", "--ctx-size", "1", "--max-new-tokens", "4"), "context window is 1")
@@ -100,6 +101,7 @@ print("ok")
 """
 
 
+@pytest.mark.quick
 def test_backend_window_is_the_one_asked_for():
     """llama.cpp pads a context to 256 cells but caps a decode call at the size asked for: the backend's
     window is what was asked for, so a longer input is refused instead of aborting the process."""
@@ -110,12 +112,14 @@ def test_backend_window_is_the_one_asked_for():
 # ---- invalid text: CLI --------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_cli_stdin_that_is_not_utf8():
     code, out, err = cli("generate", "-", stdin=b"ab\xff\xfe cd\n")
     one_line_error((code, out, err), "not valid UTF-8")
     assert "0xff at offset 2" in err and not out
 
 
+@pytest.mark.quick
 def test_cli_prompt_argument_that_is_not_utf8():
     # the shell passes bytes; Python turns the invalid ones into lone surrogates
     r = subprocess.run([sys.executable, "-m", "speculative.cli", "generate", b"ab\xff cd", "--max-new-tokens", "2"],
@@ -146,11 +150,27 @@ def test_cli_min_tokens_with_and_without_speculation():
 
 
 def test_cli_min_p_and_draft_policy():
-    base = ["generate", "Name three colors.", "--json", "--max-new-tokens", "12", "--temperature", "0.8",
-            "--seed", "3", "--min-p", "0.2"]
-    code, out, err = cli(*base, "--drafter", "ngram", "--draft-policy", "fixed")
+    """--min-p and --draft-policy reach the engine: sampling at temperature 1.5 with speculation (the fixed
+    policy: every draft verified), every emitted token is one min-p allows at its position (probability at
+    least 0.2 times the most likely token's; without min-p most tokens here are not), and drafts were
+    verified. A bad value is a one-line error."""
+    from conftest import next_logits_fresh
+    from speculative.config import SamplingParams
+
+    base = ["generate", "Name three colors.", "--json", "--max-new-tokens", "24", "--temperature", "1.5",
+            "--seed", "4", "--min-p", "0.2"]
+    code, out, err = cli(*base, "--drafter", SELF_DRAFT, "--draft-policy", "fixed")
     assert code == 0, err
-    assert json.loads(out)["token_ids"]
+    res = json.loads(out)
+    assert res["token_ids"] and res["stats"]["draft_tokens"] > 0
+    gen = SpeculativeGenerator.from_pretrained(MODEL, drafter=None, n_ctx=CTX)
+    try:
+        ids = gen.encode_prompt("Name three colors.")
+        allowed = Sampler(SamplingParams(temperature=1.5, min_p=0.2))
+        for i, tok in enumerate(res["token_ids"]):
+            assert allowed.probs(next_logits_fresh(gen.target, ids + res["token_ids"][:i]))[tok] > 0, i
+    finally:
+        gen.close()
     one_line_error(cli(*base, "--min-p", "1.5"), "min_p")
     code, _, err = cli(*base, "--draft-policy", "greedy")
     assert code == 2 and "invalid choice" in err  # argparse's own message
@@ -187,6 +207,7 @@ class _MaskRowZeroOnly(Sampler):
         return np.concatenate([super().adjust(logits[:1], history, ()), logits[1:]])
 
 
+@pytest.mark.quick
 def test_api_min_tokens_speculative_equals_plain_and_a_wrong_mask_is_caught(gen, monkeypatch):
     short = gen.generate(YES_NO, max_new_tokens=40, speculative=False)
     assert short.finish_reason == "stop"
@@ -270,6 +291,7 @@ def test_server_fills_the_window_then_stops_with_length(url, long_prompt):
     assert chat["usage"]["completion_tokens"] <= 20
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 @pytest.mark.parametrize("streamed", [False, True])
 def test_server_prompt_longer_than_the_window(url, long_prompt, path, streamed):
@@ -293,6 +315,7 @@ SURROGATE_BODIES = [
 ]
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path, body, param", SURROGATE_BODIES)
 @pytest.mark.parametrize("streamed", [False, True])
 def test_server_lone_surrogates_are_400(url, path, body, param, streamed):
@@ -331,6 +354,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 @pytest.mark.parametrize("extra, param", REFUSED, ids=[p for _, p in REFUSED])
 def test_server_refuses_fields_it_does_not_honour_by_name(url, path, extra, param):
@@ -344,6 +368,7 @@ def test_server_refuses_fields_it_does_not_honour_by_name(url, path, extra, para
         assert "must be a finite number" in err["message"]
 
 
+@pytest.mark.quick
 def test_server_prompt_batch_forms_and_bodies_that_are_not_json(url):
     base = {"max_tokens": 4, "temperature": 0}
     want = text_of(post(url, "/v1/completions", {**base, "prompt": "The sky is"}).json())
@@ -366,6 +391,7 @@ def test_server_prompt_batch_forms_and_bodies_that_are_not_json(url):
     assert r.status_code == 400 and "body is missing" in r.json()["error"]["message"], r.text
 
 
+@pytest.mark.quick
 def test_server_refused_messages_fields(url):
     msgs = [{"role": "user", "content": "Hi"},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]}]
@@ -376,6 +402,7 @@ def test_server_refused_messages_fields(url):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.weight"
 
 
+@pytest.mark.quick
 def test_server_accepts_and_ignores_what_changes_nothing(url):
     ignored = {"user": "u1", "metadata": {"a": "b"}, "store": False, "n": 1, "service_tier": "auto",
                "parallel_tool_calls": True, "tools": [], "tool_choice": "none", "prompt_cache_key": "k",
@@ -393,6 +420,7 @@ def test_server_accepts_and_ignores_what_changes_nothing(url):
     assert text_of(a) == text_of(b)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 def test_server_min_tokens_with_and_without_speculation(url, path):
     if path == "/v1/completions":
@@ -417,6 +445,7 @@ def test_server_min_tokens_with_and_without_speculation(url, path):
     assert status == 200 and streamed == text_of(spec) and finish == spec["choices"][0]["finish_reason"]
 
 
+@pytest.mark.quick
 def test_from_pretrained_without_a_drafter_decodes_plainly():
     from speculative.drafters.base import NoDrafter
 

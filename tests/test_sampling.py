@@ -5,6 +5,9 @@ from speculative.config import SamplingParams
 from speculative.sampling import Sampler, process_probs, sample_from, softmax
 
 
+pytestmark = pytest.mark.quick
+
+
 def brute_force(logits, temperature, top_k, top_p):
     """Reference: temperature, then top-k, then top-p by a full sort."""
     x = logits / temperature

@@ -75,6 +75,7 @@ def same(a, b):
 # ---- endpoints -------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_models_health_and_openai_client(server, client):
     url, _ = server
     assert [m.id for m in client.models.list().data] == [MODEL]
@@ -87,6 +88,7 @@ def test_models_health_and_openai_client(server, client):
     assert c.choices[0].text and c.usage.prompt_tokens > 0
 
 
+@pytest.mark.quick
 def test_multi_turn_chat_reuses_the_prompt_prefix(server):
     url, _ = server
     msgs = [{"role": "user", "content": "Name a large animal that lives in the ocean."}]
@@ -99,6 +101,7 @@ def test_multi_turn_chat_reuses_the_prompt_prefix(server):
     assert cached < second["usage"]["prompt_tokens"]
 
 
+@pytest.mark.quick
 def test_metrics_count_speculation(server):
     url, _ = server
     chat(url, "List three fruits.", max_tokens=24, **SPEC)
@@ -114,6 +117,7 @@ def test_metrics_count_speculation(server):
 # ---- exact semantics of multi-token steps -------------------------------------------------
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "params",
     [
@@ -143,6 +147,7 @@ def test_penalties_change_the_output(server):
 COUNTING = "Counting in words: one, two, three, four,"
 
 
+@pytest.mark.quick
 def test_stop_string_inside_an_accepted_block(server):
     url, _ = server
     full = comp(url, COUNTING, max_tokens=40, logprobs=1, **OFF)
@@ -233,6 +238,7 @@ def test_streaming_concatenates_to_the_non_stream_text(server, path, body):
     assert ch["finish_reason"] == off["finish_reason"]
 
 
+@pytest.mark.quick
 def test_logprobs_equal_plain_run_in_completions(server):
     url, _ = server
     a = comp(url, "The three primary colors are", max_tokens=30, logprobs=5, **SPEC)
@@ -288,6 +294,7 @@ def test_eight_concurrent_greedy_clients_equal_their_solo_runs(server):
     assert outs == solo
 
 
+@pytest.mark.quick
 def test_disconnect_frees_the_slot(server):
     url, state = server
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a very long essay about oceans."}],
@@ -316,6 +323,7 @@ def test_disconnect_frees_the_slot(server):
 # ---- bad requests ------------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "path, raw, status, fragment",
     [
@@ -364,6 +372,7 @@ _fields = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", 
            "logit_bias", "num_speculative_tokens", "speculative", "draft_policy", "stream_options", "echo"]
 
 
+@pytest.mark.quick
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     path=st.sampled_from(["/v1/completions", "/v1/chat/completions"]),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_greedy_identical
+from conftest import assert_greedy_identical, resume_with
 from speculative import SpeculativeGenerator
 from speculative.drafters import shipped_drafters
 from speculative.drafters.base import NoDrafter
@@ -75,9 +75,10 @@ def test_shipped_eagle_tree_greedy_identity_transformers(prompts10):
         for row in prompts10[:3]:
             ids = gen.encode_prompt(row["turns"][0])
             plain = plain_gen.generate(ids, max_new_tokens=32).token_ids
-            r = gen.generate(ids, max_new_tokens=32, num_speculative_tokens=4, draft_policy="fixed")
+            kw = dict(num_speculative_tokens=4, draft_policy="fixed")
+            r = gen.generate(ids, max_new_tokens=32, **kw)
             assert_greedy_identical(gen.target, ids, plain, r.token_ids, exact=False, ties=ties,
-                                    label=f"transformers eagle tree q{row['question_id']}")
+                                    label=f"transformers eagle tree q{row['question_id']}", resume=resume_with(gen, ids, **kw))
             nodes += r.stats.draft_tokens
         assert nodes > 0
     finally:
@@ -96,7 +97,7 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
         ids = gen.encode_prompt(prompts10[0]["turns"][0])
         want = plain.generate(ids, max_new_tokens=24).token_ids
         seen = {"hidden": 0, "propose": 0, "start": 0}
-        fwd, prop, start = target.forward, d.propose, d.start_request
+        fwd, prop, start = target.forward, d.propose, d.start
 
         def spy_forward(reqs):
             seen["hidden"] += sum(bool(r.hidden) for r in reqs)
@@ -112,17 +113,15 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
 
         monkeypatch.setattr(target, "forward", spy_forward)
         monkeypatch.setattr(d, "propose", spy_propose)
-        monkeypatch.setattr(d, "start_request", spy_start)
+        monkeypatch.setattr(d, "start", spy_start)
         # silenced, with a re-measure far away: a large loss, no time sat out yet
-        monkeypatch.setattr(d, "_saving", -0.01)
-        monkeypatch.setattr(d, "_measure_net", -1e9)
-        monkeypatch.setattr(d, "_silent_s", 0.0)
+        policy = gen.policy
+        policy.saving, policy.measure_net, policy.silent_s = -0.01, -1e9, 0.0
         r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4)
         assert r.token_ids == want and r.stats.draft_tokens == 0
         assert seen == {"hidden": 0, "propose": 0, "start": 0}, seen
         # the budget is spent: this request measures afresh, with hidden states and proposals
-        monkeypatch.setattr(d, "_measure_net", -0.01)
-        monkeypatch.setattr(d, "_silent_s", 100.0)
+        policy.measure_net, policy.silent_s = -0.01, 100.0
         r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4, draft_policy="adaptive")
         assert r.token_ids == want
         assert seen["hidden"] > 0 and seen["start"] == 1 and seen["propose"] > 0, seen

@@ -1,4 +1,8 @@
+import pytest
+
 from speculative.stats import GenerationStats
+
+pytestmark = pytest.mark.quick
 
 
 def test_counters_and_derived_rates():

@@ -126,7 +126,8 @@ def test_draft_model_distillation_loss_goes_down(tmp_path):
 
 def test_gguf_export_matches_the_pytorch_draft(tmp_path):
     """The draft model written to GGUF runs in llama.cpp with the PyTorch model's logits (within tolerance)."""
-    from speculative.training.draft_model import assemble_gguf, build_draft, load_layers, save_layers
+    from speculative.gguf_io import assemble_gguf, load_layers
+    from speculative.training.draft_model import build_draft, save_layers
 
     draft, picks = build_draft(TARGET, 2)
     assert picks == [0, 29]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import assert_greedy_identical, next_logits_fresh
+from conftest import assert_greedy_identical, next_logits_fresh, resume_with
 from speculative import SpeculativeGenerator
 from speculative.backends import load_backend
 from speculative.backends.base import ForwardRequest
@@ -104,11 +104,11 @@ def test_greedy_identity_smollm2(hf_smol, smol_weak_path, prompts10):
             plain = plain_gen.generate(ids, max_new_tokens=16).token_ids
             for name, d in drafters.items():
                 for k, policy in ((1, "fixed"), (3, "fixed"), (8, "fixed"), (8, "adaptive")):
-                    r = SpeculativeGenerator(hf_smol, d).generate(
-                        ids, max_new_tokens=16, num_speculative_tokens=k, draft_policy=policy
-                    )
+                    gen, kw = SpeculativeGenerator(hf_smol, d), dict(num_speculative_tokens=k, draft_policy=policy)
+                    r = gen.generate(ids, max_new_tokens=16, **kw)
                     label = f"hf smollm2 q{row['question_id']} {name} k={k} {policy}"
-                    assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
+                    assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=label, ties=ties,
+                                            resume=resume_with(gen, ids, **kw))
                     a = acc.setdefault(name, [0, 0])
                     a[0] += r.stats.draft_tokens
                     a[1] += r.stats.accepted_tokens
@@ -125,8 +125,10 @@ def test_greedy_identity_smollm2(hf_smol, smol_weak_path, prompts10):
 def _fixed_k_against_plain(spec_gen, ids, plain, label, ties, k=4):
     """Generate len(plain) tokens with k draft tokens a step; assert plain greedy's output (up to near-ties);
     return (draft tokens, accepted tokens)."""
-    r = spec_gen.generate(ids, max_new_tokens=len(plain), num_speculative_tokens=k, draft_policy="fixed")
-    assert_greedy_identical(spec_gen.target, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
+    kw = dict(num_speculative_tokens=k, draft_policy="fixed")
+    r = spec_gen.generate(ids, max_new_tokens=len(plain), **kw)
+    assert_greedy_identical(spec_gen.target, ids, plain, r.token_ids, exact=False, label=label, ties=ties,
+                            resume=resume_with(spec_gen, ids, **kw))
     return r.stats.draft_tokens, r.stats.accepted_tokens
 
 
@@ -166,21 +168,29 @@ def test_greedy_identity_with_each_cpu_linear_form(form, prompts10):
 
 
 def test_greedy_identity_gemma(hf_gemma, prompts10):
+    """Gemma-3 with the n-gram drafter and itself as draft model (fixed policy, so every draft is verified):
+    output equal to plain greedy (up to near-ties); drafts were verified, some accepted and some rejected."""
     d = build_drafter("model:gemma-3-270m", hf_gemma)
     ties: list = []
+    counts = {}  # drafter -> [draft tokens, accepted]
     try:
         assert isinstance(d, DraftModelDrafter)
         for row in [r for r in prompts10 if r["category"] in ("translation", "qa")][:3]:
             ids = SpeculativeGenerator(hf_gemma).encode_prompt(row["turns"][0])
             plain = SpeculativeGenerator(hf_gemma).generate(ids, max_new_tokens=16).token_ids
             for drafter, k in ((NgramDrafter(1, 4), 3), (d, 3), (d, 8)):
-                r = SpeculativeGenerator(hf_gemma, drafter).generate(
-                    ids, max_new_tokens=16, num_speculative_tokens=k, draft_policy="fixed"
-                )
+                gen, kw = SpeculativeGenerator(hf_gemma, drafter), dict(num_speculative_tokens=k, draft_policy="fixed")
+                r = gen.generate(ids, max_new_tokens=16, **kw)
                 label = f"hf gemma q{row['question_id']} {drafter.description} k={k}"
-                assert_greedy_identical(hf_gemma, ids, plain, r.token_ids, exact=False, label=label, ties=ties)
+                assert_greedy_identical(hf_gemma, ids, plain, r.token_ids, exact=False, label=label, ties=ties,
+                                        resume=resume_with(gen, ids, **kw))
+                c = counts.setdefault(drafter.kind, [0, 0])
+                c[0], c[1] = c[0] + r.stats.draft_tokens, c[1] + r.stats.accepted_tokens
     finally:
         d.close()
+    assert counts["model"][1] > 0 and counts["ngram"][0] > 0, counts  # the draft model's drafts accepted
+    drafted, accepted = (sum(c[i] for c in counts.values()) for i in (0, 1))
+    assert 0 < accepted < drafted, counts  # and some draft token rejected
 
 
 def test_cross_vocab_greedy_identity_gemma(hf_gemma, prompts10):
@@ -218,8 +228,10 @@ def test_tree_drafts_greedy_identity_and_cache(hf_smol, prompts10):
     for row in prompts10[:5]:
         ids = plain_gen.encode_prompt(row["turns"][0])
         plain = plain_gen.generate(ids, max_new_tokens=16).token_ids
-        r = tree_gen.generate(ids, max_new_tokens=16, num_speculative_tokens=4, draft_policy="fixed")
-        assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=f"q{row['question_id']}", ties=ties)
+        kw = dict(num_speculative_tokens=4, draft_policy="fixed")
+        r = tree_gen.generate(ids, max_new_tokens=16, **kw)
+        assert_greedy_identical(hf_smol, ids, plain, r.token_ids, exact=False, label=f"q{row['question_id']}", ties=ties,
+                                resume=resume_with(tree_gen, ids, **kw))
         ctx = list(ids) + r.token_ids
         cached = list(hf_smol.cached_tokens(0))
         assert cached == ctx[: len(cached)] and len(cached) == len(ctx) - 1

@@ -18,6 +18,9 @@ from speculative.trees import (
 )
 from speculative.verification import TreeVerifyResult, tree_rejection_sample, verify_tree_greedy
 
+
+pytestmark = pytest.mark.quick
+
 #        root
 #       /    \\
 #      0(a)   1(b)

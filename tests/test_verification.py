@@ -23,6 +23,9 @@ from speculative.verification import (
     verify_greedy,
 )
 
+
+pytestmark = pytest.mark.quick
+
 N_SAMPLES = 200_000
 PASS_P = 1e-3
 FAIL_P = 1e-6

@@ -1,4 +1,4 @@
-"""speculative: lossless speculative decoding on CPU (llama.cpp) and GPU (transformers).
+"""speculative: lossless speculative decoding (llama.cpp and transformers backends).
 
 Quick start::
 
@@ -17,8 +17,7 @@ from .config import GenerationConfig, SamplingParams
 from .constraints import ConstraintSpec
 from .engine import SpeculativeGenerator
 from .errors import SpeculativeError
-from .output import GenerationResult
-from .request import Generation
+from .output import Generation, GenerationResult
 from .stats import GenerationStats
 
 __version__ = "0.1.0"

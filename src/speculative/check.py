@@ -50,7 +50,6 @@ from .config import DEFAULT_NUM_SPECULATIVE_TOKENS, SamplingParams
 from .drafters.base import NoDrafter
 from .engine import SpeculativeGenerator
 from .errors import ConfigError
-from .request import DecodeRequest
 from .sampling import Sampler
 from .verification import rejection_sample, tree_rejection_sample
 
@@ -297,7 +296,7 @@ def probe(gen: SpeculativeGenerator, prompt_ids: Sequence[int], continuation: Se
     """
     cfg = gen.config.with_(max_new_tokens=3, draft_policy="fixed", speculative=True, stop=(), logprobs=None,
                            **_sampling_overrides(params, seed))
-    req = DecodeRequest(gen, list(prompt_ids) + list(continuation[: offset - 1]), cfg)
+    req = gen.open_request(list(prompt_ids) + list(continuation[: offset - 1]), cfg)
     sampler = req.sampler
     req.sampler = Sampler(replace(cfg.sampling, temperature=0.0), len(req.prompt_ids))
     target = gen.target
@@ -306,11 +305,12 @@ def probe(gen: SpeculativeGenerator, prompt_ids: Sequence[int], continuation: Se
         req.sampler = sampler
         if req.done:
             return None
-        prop = req.propose()
+        draft = req.propose()
+        prop = draft.proposal
         if req.done or not prop.tokens:
             return None
         pending = len(req.context) - len(target.cached_tokens(req.seq))
-        fwd = req.verify_request(req.choose(prop))
+        fwd = req.verify_request(draft, req.choose(prop))
         logits = target.forward([fwd])[0].logits
         row = np.array(logits[fwd.output_rows().index(pending - 1)], dtype=np.float32)
         target.truncate(req.seq, len(req.context))

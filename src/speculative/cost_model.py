@@ -328,37 +328,3 @@ def choose_tree_nodes(parents: Sequence[int], confidence: Sequence[float], cost:
         if score > best:
             best, best_len = score, len(taken)
     return sorted(taken[:best_len])
-
-
-@dataclass
-class AcceptanceCalibration:
-    """Online estimates of P(draft token accepted | the ones before it were), per bucket.
-
-    A bucket is whatever the drafter knows about a token's reliability (an
-    n-gram match length, a confidence decile) and its position in the draft.
-    Beta(prior_a, prior_b) prior per bucket; counts from observed outcomes.
-    """
-
-    prior: dict[tuple, tuple[float, float]] = field(default_factory=dict)
-    default_prior: tuple[float, float] = (1.0, 1.0)
-    counts: dict[tuple, list[float]] = field(default_factory=dict)
-    #: estimates are the posterior mean minus this many posterior standard
-    #: deviations: pessimistic while evidence is thin, since a rejected draft
-    #: token costs more than an accepted one saves on compute-bound hardware
-    #: (0.5 chosen on the development prompts, between 0, 0.5 and 1)
-    caution: float = 0.5
-
-    def estimate(self, bucket: tuple) -> float:
-        a, b = self.prior.get(bucket, self.default_prior)
-        s, n = self.counts.get(bucket, (0.0, 0.0))
-        a, b = a + s, b + n - s
-        mean = a / (a + b)
-        if not self.caution:
-            return mean
-        sd = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
-        return max(0.0, mean - self.caution * sd)
-
-    def observe(self, bucket: tuple, accepted: bool) -> None:
-        c = self.counts.setdefault(bucket, [0.0, 0.0])
-        c[0] += 1.0 if accepted else 0.0
-        c[1] += 1.0

@@ -1,15 +1,15 @@
-"""The generator: a target, a drafter and a cost model, and the loop that drives one request.
+"""The generator: a target, a drafter, its draft policy and the target's cost model, and the loop
+that drives one request.
 
-:class:`~speculative.request.DecodeRequest` holds one generation's state and its
-propose / verify / commit steps (the algorithm, Leviathan et al. 2023, is described
-there); :mod:`speculative.selection` chooses what of a draft is verified;
-:mod:`speculative.output` holds what a generation emits. :class:`SpeculativeGenerator`
-drives one request at a time; :mod:`speculative.server.scheduler` drives many.
+:class:`~speculative.request.DecodeRequest` holds one generation's state and its step (propose →
+verify → accept → commit → emit; the algorithm, Leviathan et al. 2023, is described there);
+:mod:`speculative.policy` decides when to draft and what of a draft to verify;
+:mod:`speculative.output` holds what a generation emits. :class:`SpeculativeGenerator` drives one
+request at a time; :mod:`speculative.server.scheduler` drives many.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 from .backends.base import Backend
@@ -17,8 +17,9 @@ from .config import GenerationConfig
 from .cost_model import CostModel, cached_verify_cost
 from .drafters.base import Drafter, NoDrafter
 from .errors import ConfigError
-from .output import GenerationResult, OutputText, TextStream, TokenLogprob
-from .request import DecodeRequest, Generation
+from .output import Generation, GenerationResult, OutputText, TextStream, TokenLogprob
+from .policy import DraftPolicy
+from .request import DecodeRequest
 from .sampling import Sampler
 
 __all__ = ["DecodeRequest", "Generation", "GenerationResult", "OutputText", "Prompt", "SpeculativeGenerator",
@@ -35,6 +36,9 @@ class SpeculativeGenerator:
         drafter: a :class:`~speculative.drafters.base.Drafter`; None means plain decoding.
         config: default :class:`~speculative.config.GenerationConfig`; per-call overrides allowed.
         cost_model: the target's verification cost; measured (once per machine, cached) when needed.
+
+    Attributes:
+        policy: the drafter's :class:`~speculative.policy.DraftPolicy`, kept across this generator's requests.
 
     Example::
 
@@ -56,6 +60,7 @@ class SpeculativeGenerator:
             self.drafter.bind(target)
         self.config = (config or GenerationConfig()).validate()
         self._cost_model = cost_model
+        self.policy = DraftPolicy(self.drafter)
 
     @property
     def cost_model(self) -> CostModel:
@@ -168,7 +173,18 @@ class SpeculativeGenerator:
         self.target.check_prompt_fits(len(ids))
         if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= self.target.vocab_size:
             raise ConfigError(f"logit_bias token ids must be < {self.target.vocab_size}")
-        return DecodeRequest(self, ids, cfg, messages=self._chat_messages(prompt, chat))
+        return self.open_request(ids, cfg, messages=self._chat_messages(prompt, chat))
+
+    def open_request(self, prompt_ids: Sequence[int], cfg: GenerationConfig,
+                     messages: Sequence[dict] | None = None) -> DecodeRequest:
+        """A :class:`DecodeRequest` for prompt token ids under a validated ``cfg`` (not started); the
+        target's cost model is measured first when the request needs it (the adaptive policy).
+
+        Raises:
+            ContextOverflowError: the prompt leaves no room for a new token.
+        """
+        return DecodeRequest.open(self.target, self.drafter, self.policy, lambda: self.cost_model, prompt_ids, cfg,
+                                  self.make_sampler(cfg, len(prompt_ids)), messages)
 
     def _chat_messages(self, prompt: Prompt, chat: bool | None) -> list[dict] | None:
         """The messages a prompt is rendered from by the chat template (None for raw text or ids)."""
@@ -186,13 +202,9 @@ class SpeculativeGenerator:
         try:
             yield req.prefill()
             while not req.done:
-                proposal = req.propose()
-                if req.done:
-                    break
-                fwd = req.verify_request(req.choose(proposal))
-                t = time.perf_counter()
-                out = self.target.forward([fwd])[0]
-                yield req.commit(out.logits, time.perf_counter() - t, out.hidden)
+                new = req.step(self.target.forward)
+                if new:
+                    yield new
         finally:
             req.release()
 

@@ -76,7 +76,7 @@ def export_eagle(drafter_dir: str | Path, out_dir: str | Path, layout: str = "sp
     """
     from safetensors.torch import save_file
 
-    from .training.heads import load_head
+    from .drafters.head_nets import load_head
 
     names = {"speculators": ("fusion_fc", "transformer."), "eagle": ("fc", "layers.0.")}
     if layout not in names:
@@ -126,7 +126,7 @@ def export_medusa(drafter_dir: str | Path, out_dir: str | Path, target_head_rows
     import torch
     from safetensors.torch import save_file
 
-    from .training.heads import load_head
+    from .drafters.head_nets import load_head
 
     head, cfg = load_head(Path(drafter_dir))
     if cfg.method != "medusa":
@@ -233,7 +233,7 @@ def _import(src: Path, out: Path, layout: str, cfg_json: dict, tensors: dict, ta
             target_vocab_size: int, window: int) -> Path:
     import torch
 
-    from .training.heads import HeadConfig, MedusaHeads, build_head, save_head
+    from .drafters.head_nets import HeadConfig, MedusaHeads, build_head, save_head
 
     if layout in ("eagle3", "speculators-eagle3"):
         return _import_eagle3(src, out, layout, cfg_json, tensors, target_name, target_vocab_size, window)
@@ -305,7 +305,7 @@ def _import_eagle3(src: Path, out: Path, layout: str, cfg_json: dict, tensors: d
     """EAGLE-3 (SafeAILab ``midlayer.*`` or speculators ``layers.0.*``) into an ``eagle3`` drafter folder."""
     import torch
 
-    from .training.heads import HeadConfig, build_head, save_head
+    from .drafters.head_nets import HeadConfig, build_head, save_head
 
     lc = cfg_json.get("transformer_layer_config", cfg_json)
     prefix = "layers.0." if layout == "speculators-eagle3" else "midlayer."

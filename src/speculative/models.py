@@ -312,7 +312,7 @@ def _register_shipped_draft_models() -> None:
         target_name = meta["target"]
 
         def locate(entry, folder=folder, target_name=target_name):
-            from .training.draft_model import assemble_gguf
+            from .gguf_io import assemble_gguf
 
             return assemble_gguf(folder, REGISTRY[target_name].gguf_path())
 

@@ -1,10 +1,10 @@
-"""What a generation emits: per-token log-probabilities, the result, and the output text
-(incremental detokenization, stop strings).
+"""What a generation emits: per-token log-probabilities, the result, the output text
+(incremental detokenization, stop strings), and the running :class:`Generation` a caller iterates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .backends.base import Backend
@@ -144,3 +144,47 @@ class OutputText:
             self.stream.flush()
             self.final = self.stream.text
         return self.final
+
+
+class Generation:
+    """A running generation. Iterate it for text pieces, or :meth:`blocks` for the
+    token ids each step emitted; ``result`` is set once it ends.
+
+    Text pieces withhold what may still start a stop string or is an incomplete
+    UTF-8 character, so they concatenate to ``result.text``. Closing the
+    generation early (``close()``, or dropping it) frees the target's sequence.
+
+    Args:
+        steps: the tokens each step emits (the request released when it ends or is closed).
+        request: the :class:`~speculative.request.DecodeRequest` (its ``text`` and ``result()``).
+    """
+
+    def __init__(self, steps: Iterator[list[int]], request):
+        self._steps = steps
+        self._req = request
+        self._sent = 0
+        self.result: GenerationResult | None = None
+
+    def blocks(self) -> Iterator[list[int]]:
+        """Token ids emitted by each step (1..k+1 per step, cut at EOS / stop / max_new_tokens)."""
+        yield from self._steps
+        self.result = self._req.result()
+
+    def __iter__(self) -> Iterator[str]:
+        for _ in self._steps:
+            piece = self._next_piece()
+            if piece:
+                yield piece
+        self.result = self._req.result()
+        tail = self.result.text[self._sent :]
+        if tail:
+            yield tail
+
+    def _next_piece(self) -> str:
+        text = self._req.text.streamable()
+        piece = text[self._sent :]
+        self._sent = len(text)
+        return piece
+
+    def close(self) -> None:
+        self._steps.close()

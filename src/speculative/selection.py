@@ -77,6 +77,15 @@ def layout_tree(proposal: DraftProposal, nodes: Sequence[int], *, spine_only: bo
     return toks, parents, orig
 
 
+def limit_to_budget(p: DraftProposal, budget: int) -> DraftProposal:
+    """A proposal cut to the step's budget: a chain's first ``budget`` tokens, a tree's nodes at depth
+    <= ``budget`` (no more can be accepted); token ids as Python ints."""
+    if p.parents is None:
+        p.tokens = [int(t) for t in p.tokens[:budget]]
+        return p
+    return limit_depth(p, budget)
+
+
 def limit_depth(p: DraftProposal, max_depth: int) -> DraftProposal:
     """A tree proposal without the nodes deeper than ``max_depth`` (at most that many can be accepted)."""
     d = tree_depths(p.parents)

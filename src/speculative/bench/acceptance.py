@@ -449,9 +449,11 @@ class AcceptanceRun:
 
     def _draft_cost(self, spec: str, ms: list[dict]) -> tuple[float, str]:
         """Seconds per draft token: a draft model's own measured T(1); an n-gram's proposal time."""
+        from ..cost_model import cached_verify_cost
+
         d = self.drafters[spec]
         if self.specs[spec].kind == "model":
-            return float(d.draft_cost_estimate() or 0.0), "draft model T(1), measured"
+            return float(cached_verify_cost(d.model).time(1)), "draft model T(1), measured"
         spent = sum(m.get("propose_s", 0.0) for m in ms)
         n = sum(m.get("proposals", 0) for m in ms)
         return (spent / n if n else 0.0), "n-gram proposal time, measured"

@@ -139,7 +139,7 @@ def cmd_train_drafter(args) -> int:
 def cmd_export_drafter(args) -> int:
     from ..drafters import trained_drafter_dir
     from ..interchange import export_eagle, export_medusa
-    from ..training.heads import HeadConfig
+    from ..drafters.head_nets import HeadConfig
 
     if args.k < 1:
         raise SpeculativeError(f"--k must be >= 1, got {args.k}")

@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend, ForwardRequest, common_prefix_len
-from ..cost_model import AcceptanceCalibration
 from ..errors import ConfigError, VocabularyMismatchError
 from ..sampling import sample_from
-from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
+from .base import DraftProposal, DraftState, ModelDrafter
+from .calibration import ShadowScorer, confidence_bucket, confidence_scorer
 from .token_bridge import (
     Intersection,
     TokenTable,
@@ -78,19 +78,6 @@ VOCAB_MODES = ("auto", "same", "text", "intersect")
 LOOKBEHIND = 4
 #: fewest shared tokens for which the token-level intersection is offered
 MIN_INTERSECTION = 256
-
-_N_BINS = 10
-_MAX_POS_BUCKET = 3
-_PRIORS = {
-    (b, p): (2.0 * (b + 0.5) / _N_BINS, 2.0 * (1 - (b + 0.5) / _N_BINS))
-    for b in range(_N_BINS)
-    for p in range(_MAX_POS_BUCKET + 1)
-}
-
-
-def _bucket(conf: float, pos: int) -> tuple[int, int]:
-    return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
-
 
 def _softmax_at(row: np.ndarray, idx: int) -> float:
     """Softmax probability of ``row[idx]`` (-inf entries allowed)."""
@@ -120,7 +107,6 @@ class CrossVocabState(DraftState):
     n_out: int = 0
     disabled: bool = False
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
-    backoff: BackOff = field(default_factory=BackOff)
 
 
 class CrossVocabDrafter(ModelDrafter):
@@ -178,10 +164,7 @@ class CrossVocabDrafter(ModelDrafter):
 
     # ---- requests -----------------------------------------------------------------------------------
 
-    def start(self, prompt: Sequence[int]) -> CrossVocabState:
-        return self.start_request(prompt, None)
-
-    def start_request(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> CrossVocabState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> CrossVocabState:
         """The drafter's own prompt: its chat template on ``messages`` when both are there, else the
         target prompt's text (control tokens written out, a leading BOS left out) re-tokenized by the
         drafter (with its BOS where it wants one). Prefilled lazily, by the first proposal."""
@@ -197,7 +180,7 @@ class CrossVocabDrafter(ModelDrafter):
             prompt_len=len(prompt),
             seq_id=m.allocate_sequence(dprompt),
             dprompt=dprompt,
-            scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)),
+            scorer=confidence_scorer(),
         )
 
     def _absorb(self, st: CrossVocabState, context: Sequence[int]) -> None:
@@ -263,12 +246,13 @@ class CrossVocabDrafter(ModelDrafter):
         keep = max(1, int(n_tokens) - len(state.dtoks))
         state.dprompt = state.dprompt[-keep:]
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
-        """Bring the drafter up to the committed context, then draft (text bridge or TLI, per request)."""
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
+        """Bring the drafter up to the committed context, then draft (text bridge or TLI, per request).
+        Not steerable: ``guide`` is ignored (the request cuts the draft at the constraint's first refusal)."""
         st: CrossVocabState = state
         m = self.model
         st.scorer.score(context)
-        if st.disabled or st.backoff.skipping():
+        if st.disabled:
             return DraftProposal()
         self._absorb(st, context)
         mode = self._mode_for(sampler.greedy)
@@ -284,15 +268,14 @@ class CrossVocabDrafter(ModelDrafter):
             return DraftProposal()
         kept = m.reuse_prefix(st.seq_id, full, keep_last=1)
         pending = full[kept:]
-        catchup_s = 0.0
+        catchup_s, caught_up = 0.0, 0
         if len(pending) > 1:  # the prompt (lazy prefill) or the new text
-            pending, catchup_s = self._catch_up(st.seq_id, pending)
+            pending, catchup_s, caught_up = self._catch_up(st.seq_id, pending)
         if mode == "intersect":
             p = self._draft_intersect(st, pending, max_tokens, sampler, rng, min_confidence)
         else:
             p = self._draft_text(st, pending, max_tokens, budget, min_confidence)
-        p.catchup_s = catchup_s
-        st.backoff.update(p.confidence[0] if p.confidence else None, min_confidence)
+        p.catchup_s, p.catchup_tokens = catchup_s, caught_up
         return p
 
     def _draft_text(self, st: CrossVocabState, pending, max_tokens: int, budget: int, min_conf: float) -> DraftProposal:
@@ -358,7 +341,7 @@ class CrossVocabDrafter(ModelDrafter):
                     if s < end and e > pos:
                         raw *= c
                 pos = end
-            b = _bucket(raw, j)
+            b = confidence_bucket(raw, j)
             buckets.append(b)
             conf.append(cal.estimate(b))
         return conf, buckets
@@ -390,7 +373,7 @@ class CrossVocabDrafter(ModelDrafter):
             t = int(inter.d2t[tok])
             drafted.append(tok)
             ids.append(t)
-            b = _bucket(raw, i)
+            b = confidence_bucket(raw, i)
             c = cal.estimate(b)
             buckets.append(b)
             conf.append(c)
@@ -401,13 +384,3 @@ class CrossVocabDrafter(ModelDrafter):
         self._set_dtoks(st, len(st.dtoks), drafted)
         st.scorer.record(len(st.tcum) - 1 + st.prompt_len, ids, buckets)
         return DraftProposal(tokens=ids, probs=np.stack(probs) if probs else None, confidence=conf)
-
-    def finish(self, state: DraftState) -> None:
-        self.model.release_sequence(state.seq_id)
-
-    def reset_caches(self) -> None:
-        for s in range(self.model.max_sequences):
-            self.model.truncate(s, 0)
-
-    def close(self) -> None:
-        self.model.close()

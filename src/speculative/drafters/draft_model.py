@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend, ForwardRequest, common_prefix_len
-from ..cost_model import AcceptanceCalibration
 from ..errors import VocabularyMismatchError
-from .base import BackOff, DraftProposal, DraftState, ModelDrafter, ShadowScorer
+from .base import DraftProposal, DraftState, ModelDrafter
+from .calibration import ShadowScorer, confidence_bucket, confidence_scorer
 
 #: at most this many committed tokens the draft model has not seen are fed with its first draft
 #: forward; more (the prompt, or the output of steps that did not draft) are a separate catch-up
@@ -34,25 +34,7 @@ class DraftModelState(DraftState):
     seq_id: int = 0
     offset: int = 0  # context[offset:] is what the draft cache mirrors (sliding window)
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
-    backoff: BackOff = field(default_factory=BackOff)
     synced: bool = False  # the cache has been brought to this request's context (a prefix of it since)
-
-
-_N_BINS = 10
-_MAX_POS_BUCKET = 3
-
-
-def _bucket(conf: float, pos: int) -> tuple[int, int]:
-    return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
-
-
-# Beta priors centred on the bin's raw confidence (trust the draft model until
-# the request's own outcomes say otherwise), worth 2 observations.
-_PRIORS = {
-    (b, p): (2.0 * (b + 0.5) / _N_BINS, 2.0 * (1 - (b + 0.5) / _N_BINS))
-    for b in range(_N_BINS)
-    for p in range(_MAX_POS_BUCKET + 1)
-}
 
 
 def _top_probability(row: np.ndarray) -> float:
@@ -99,13 +81,13 @@ class DraftModelDrafter(ModelDrafter):
         check_same_vocabulary(target, self.model)
         super().bind(target)
 
-    def start(self, prompt: Sequence[int]) -> DraftModelState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> DraftModelState:
         # the prompt is prefilled lazily, by the first proposal: a request whose drafts would
         # not pay (the adaptive policy decides per step) never pays the draft model's prefill
         return DraftModelState(
             prompt_len=len(prompt),
             seq_id=self.model.allocate_sequence(prompt),
-            scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)),
+            scorer=confidence_scorer(),
         )
 
     def _window(self, st: DraftModelState, context: Sequence[int], max_tokens: int) -> Sequence[int]:
@@ -127,17 +109,13 @@ class DraftModelDrafter(ModelDrafter):
 
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
         """Draft autoregressively until ``max_tokens`` or until the cumulative confidence falls below
-        ``min_confidence``. When even the first token keeps falling short, drafting backs off
-        exponentially (skips 1, 2, 4, ... up to 16 steps between probes), so a poorly matched
-        draft model costs little.
+        ``min_confidence`` (the policy backs off from a draft model whose first token keeps falling short).
 
         With ``guide`` (an output constraint) the draft model's logits are masked to the allowed
         tokens before sampling, so the reported q is the masked distribution it sampled from;
         drafting stops after a token that completes the grammar."""
         m = self.model
         state.scorer.score(context)
-        if state.backoff.skipping():
-            return DraftProposal()
         cal = state.scorer.calibration
         max_tokens = min(max_tokens, m.n_ctx // 2)
         window = self._window(state, context, max_tokens)
@@ -145,9 +123,9 @@ class DraftModelDrafter(ModelDrafter):
         kept = m.reuse_prefix(seq, window, keep_last=1)
         state.synced = True
         pending = list(window[kept:])
-        catchup_s = 0.0
+        catchup_s, caught_up = 0.0, 0
         if len(pending) > _FEED_WITH_FIRST_DRAFT:  # catch up: the prompt (lazy prefill), or a long pause
-            pending, catchup_s = self._catch_up(seq, pending)
+            pending, catchup_s, caught_up = self._catch_up(seq, pending)
         # a few pending tokens (after a fully accepted draft: its last token and the bonus token) go
         # into the first draft forward: one forward instead of two, and its time counts as drafting
         tokens: list[int] = []
@@ -164,7 +142,7 @@ class DraftModelDrafter(ModelDrafter):
                 row = np.where(guide.mask(), row, np.float32(-np.inf)).astype(np.float32, copy=False)
             tok, q = sampler.sample(row, rng)
             raw = float(q[tok]) if q is not None else _top_probability(row)
-            b = _bucket(raw, i)
+            b = confidence_bucket(raw, i)
             c = cal.estimate(b)
             tokens.append(tok)
             buckets.append(b)
@@ -177,18 +155,7 @@ class DraftModelDrafter(ModelDrafter):
                 break  # further tokens would not be verified
             if guide is not None and (not guide.push(tok) or guide.stopped):
                 break  # the draft completes the grammar: nothing may follow
-        state.backoff.update(conf[0] if conf else None, min_confidence)
         # the last draft token is not fed: if all are accepted, the next proposal feeds it
         state.scorer.record(len(context), tokens, buckets)
         return DraftProposal(tokens=tokens, probs=np.stack(probs) if probs else None, confidence=conf,
-                             catchup_s=catchup_s)
-
-    def finish(self, state: DraftState) -> None:
-        self.model.release_sequence(state.seq_id)
-
-    def reset_caches(self) -> None:
-        for s in range(self.model.max_sequences):
-            self.model.truncate(s, 0)
-
-    def close(self) -> None:
-        self.model.close()
+                             catchup_s=catchup_s, catchup_tokens=caught_up)

@@ -23,21 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cost_model import AcceptanceCalibration
 from ..errors import ConfigError, VocabularyMismatchError
-from .base import BackOff, DraftProposal, DraftState, Drafter, ShadowScorer
-
-_N_BINS = 10
-_MAX_POS_BUCKET = 3
-_PRIORS = {
-    (b, p): (2.0 * (b + 0.5) / _N_BINS, 2.0 * (1 - (b + 0.5) / _N_BINS))
-    for b in range(_N_BINS)
-    for p in range(_MAX_POS_BUCKET + 1)
-}
-
-
-def _bucket(conf: float, pos: int) -> tuple[int, int]:
-    return (min(int(conf * _N_BINS), _N_BINS - 1), min(pos, _MAX_POS_BUCKET))
+from .base import DraftProposal, DraftState, Drafter
+from .calibration import AcceptanceCalibration, ShadowScorer, confidence_bucket, confidence_scorer
 
 
 class _TreeBuilder:
@@ -58,13 +46,13 @@ class _TreeBuilder:
         top = torch.topk(probs, self.width)
         ids = [int(vocab_ids[i]) for i in top.indices.tolist()]
         vals = top.values.tolist()
-        spine_conf = self.cal.estimate(_bucket(vals[0], depth))
+        spine_conf = self.cal.estimate(confidence_bucket(vals[0], depth))
         spine_node = len(self.tokens)
         for rank, (tok, q) in enumerate(zip(ids, vals)):
             self.tokens.append(tok)
             self.conf.append(spine_conf if rank == 0 else q * spine_conf)
             self.parents.append(self.parent)
-        self.buckets.append(_bucket(vals[0], depth))
+        self.buckets.append(confidence_bucket(vals[0], depth))
         self.spine.append(ids[0])
         self.parent = spine_node
         return spine_conf
@@ -82,7 +70,7 @@ class _TreeBuilder:
 
 def target_weights_for(backend, vocab_ids, device="cpu"):
     """The target's input embeddings and LM-head rows of ``vocab_ids``, from its own weights."""
-    from ..training.heads import TargetWeights
+    from .head_nets import TargetWeights
 
     embed, head = target_embedding_matrices(backend)
     return TargetWeights(embed, np.asarray(head[np.asarray(vocab_ids)], dtype=np.float32), device=device)
@@ -118,17 +106,17 @@ class HeadState(DraftState):
     pairs: list[int] = field(default_factory=list)  # context tokens fed into the cache as pair inputs
     first: int = 0  # position of the first pair in the cache
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
-    backoff: BackOff = field(default_factory=BackOff)
 
 
 class _HeadDrafter(Drafter):
     needs_hidden = True
+    runs_network = True
 
     def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu"):
         super().__init__()
         import torch
 
-        from ..training.heads import load_head
+        from .head_nets import load_head
 
         self.folder = Path(folder)
         if not (self.folder / "drafter.json").is_file():
@@ -170,17 +158,12 @@ class _HeadDrafter(Drafter):
         p = self._torch.softmax(logits.float(), dim=-1)
         return p
 
-    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
-        """Run the head; backs off (:class:`~speculative.drafters.base.BackOff`) while even its first
-        token is not worth verifying, so a weak head costs little. Skipped steps cost nothing: the
-        head catches up on the target's hidden states in one batch at the next proposal."""
-        if state.backoff.skipping():
-            state.scorer.score(context)
-            return DraftProposal()
+    def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
+        """Run the head (greedy top-B candidates: deterministic, so q is one-hot). Steps the policy skips
+        cost nothing: the head catches up on the target's hidden states in one batch at the next proposal.
+        Not steerable: ``guide`` is ignored (the request cuts the draft where the constraint refuses)."""
         with self._torch.inference_mode():
-            p = self._propose(state, context, max_tokens, sampler, rng, min_confidence)
-        state.backoff.update(p.confidence[0] if p.confidence else None, min_confidence)
-        return p
+            return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
 
     def non_embedding_parameters(self) -> int:
         return int(sum(p.numel() for p in self.head.parameters()))
@@ -206,10 +189,10 @@ class EagleDrafter(_HeadDrafter):
         """Draft-vocabulary logits of head outputs [..., H] (the target's own LM-head rows)."""
         return out @ self.weights.lm_head.T
 
-    def start(self, prompt) -> HeadState:
-        from ..training.heads import HeadCache
+    def start(self, prompt, messages=None) -> HeadState:
+        from .head_nets import HeadCache
 
-        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
+        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=confidence_scorer())
         st.first = max(0, len(prompt) - self.hidden_window)
         return st
 
@@ -227,7 +210,7 @@ class EagleDrafter(_HeadDrafter):
         # the window slides: restart from the last window of positions when the gap is too large
         last = len(context) - 2  # the last fed position (its feature is known)
         if last - (st.first + len(st.pairs)) > self.hidden_window or (st.first + len(st.pairs)) < last - 4 * self.hidden_window:
-            from ..training.heads import HeadCache
+            from .head_nets import HeadCache
 
             st.cache = HeadCache()
             st.pairs = []
@@ -331,8 +314,8 @@ class MedusaDrafter(_HeadDrafter):
     def description(self) -> str:
         return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
 
-    def start(self, prompt) -> HeadState:
-        return HeadState(prompt_len=len(prompt), scorer=ShadowScorer(AcceptanceCalibration(prior=_PRIORS)))
+    def start(self, prompt, messages=None) -> HeadState:
+        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer())
 
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch

@@ -22,12 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..cost_model import AcceptanceCalibration
 from ..errors import ConfigError
-from .base import DraftProposal, DraftState, Drafter, ShadowScorer
-
-#: positions at and beyond this share a calibration bucket
-_MAX_POS_BUCKET = 3
+from .base import DraftProposal, DraftState, Drafter
+from .calibration import MAX_POS_BUCKET, AcceptanceCalibration, ShadowScorer
 
 #: Beta(a, b) priors of P(accepted | previous accepted) per (match length n,
 #: draft position), worth 4 observations: acceptance measured by shadow
@@ -86,14 +83,14 @@ class NgramDrafter(Drafter):
         self.max_n = int(max_n)
         self.tree = int(tree) if tree > 1 else 0
         self._priors = {
-            (n, p): _prior(n, p) for n in range(self.min_n, self.max_n + 1) for p in range(_MAX_POS_BUCKET + 1)
+            (n, p): _prior(n, p) for n in range(self.min_n, self.max_n + 1) for p in range(MAX_POS_BUCKET + 1)
         }
 
     @property
     def description(self) -> str:
         return f"ngram(min={self.min_n},max={self.max_n}" + (f",tree={self.tree})" if self.tree else ")")
 
-    def start(self, prompt: Sequence[int]) -> NgramState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> NgramState:
         st = NgramState(
             prompt_len=len(prompt),
             index={n: {} for n in range(self.min_n, self.max_n + 1)},
@@ -146,7 +143,7 @@ class NgramDrafter(Drafter):
                 prop = toks[e + 1 : e + 1 + max_tokens]
                 if guide is not None:
                     prop = prop[: guide.valid_prefix(prop)]
-                buckets = [(n, min(i, _MAX_POS_BUCKET)) for i in range(len(prop))]
+                buckets = [(n, min(i, MAX_POS_BUCKET)) for i in range(len(prop))]
                 state.scorer.record(L, prop, buckets)  # the spine is what gets calibrated
                 cal = state.scorer.calibration
                 if not self.tree:
@@ -195,5 +192,5 @@ class NgramDrafter(Drafter):
         for i, p in enumerate(parents):
             d = 0 if p < 0 else depth[p] + 1
             depth.append(d)
-            conf.append(cal.estimate((n, min(d, _MAX_POS_BUCKET))) * support[i] / total[p])
+            conf.append(cal.estimate((n, min(d, MAX_POS_BUCKET))) * support[i] / total[p])
         return DraftProposal(tokens=tokens, confidence=conf, parents=parents)

@@ -189,7 +189,7 @@ def create_app(state: ServerState) -> FastAPI:
     async def _serve(request: Request, body, ids, cfg, chat: bool, messages: list[dict] | None = None):
         if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= target.vocab_size:
             raise APIError(400, f"logit_bias token ids must be < {target.vocab_size}", param="logit_bias")
-        req = DecodeRequest(state.gen, ids, cfg, messages=messages)
+        req = state.gen.open_request(ids, cfg, messages=messages)
         bridge = _Bridge(asyncio.get_running_loop(), req)
         job = state.scheduler.submit(Job(req, bridge.on_event))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]

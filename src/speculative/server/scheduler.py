@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..drafters.base import DraftProposal
 from ..engine import SpeculativeGenerator
 from ..request import DecodeRequest
 from ..stats import GenerationStats
@@ -165,26 +166,28 @@ class Scheduler:
             self._end(job, cancelled=True)
 
     def _step(self) -> None:
+        """One speculative step of every running request (see :meth:`DecodeRequest.step`), its three
+        phases split around one batched target forward."""
         jobs = list(self._running)
-        reqs = [j.request for j in jobs]
-        proposals = [r.propose() for r in reqs]
-        live = [(j, r, p) for j, r, p in zip(jobs, reqs, proposals) if not r.done]
-        for j, r in zip(jobs, reqs):
-            if r.done:
+        drafts = [j.request.propose() for j in jobs]
+        live = [(j, d) for j, d in zip(jobs, drafts) if not j.request.done]
+        for j in jobs:
+            if j.request.done:
                 self._running.remove(j)
                 self._end(j)
         if not live:
             return
-        lengths = self._size_drafts([r for _, r, _ in live], [p for _, _, p in live])
-        fwds = [r.verify_request(m) for (_, r, _), m in zip(live, lengths)]
+        selections = self._size_drafts([j.request for j, _ in live], [d.proposal for _, d in live])
+        fwds = [j.request.verify_request(d, sel) for (j, d), sel in zip(live, selections)]
         t = time.perf_counter()
         outs = self.target.forward(fwds)
         dt = time.perf_counter() - t
         total = sum(len(f.tokens) for f in fwds)
         self.gen.cost_model.update(total, dt)
         emitted = 0
-        for (job, req, _), out in zip(live, outs):
-            new = req.commit(out.logits, None, out.hidden)
+        for (job, draft), out in zip(live, outs):
+            req = job.request
+            new = req.commit(draft, out)  # not timed alone: the batch's time is no one request's
             emitted += len(new)
             job.on_event("tokens", new)
             if req.done:
@@ -193,7 +196,7 @@ class Scheduler:
         if self.metrics:
             self.metrics.observe_step(len(live), total, emitted, dt)
 
-    def _size_drafts(self, reqs: list[DecodeRequest], proposals) -> list:
+    def _size_drafts(self, reqs: list[DecodeRequest], proposals: list[DraftProposal]) -> list:
         """Chain length (or, for a token tree, the node list) to verify for each request."""
         lengths: list = [0] * len(reqs)
         heap = []  # (-probability of reaching and accepting the next token, request index)
@@ -202,10 +205,10 @@ class Scheduler:
             if not p.tokens:
                 continue
             if p.parents is not None:
-                lengths[i] = r.choose_nodes(p)  # trees are sized per request
+                lengths[i] = r.choose(p)  # trees are sized per request
                 continue
-            if r.cost is None or p.confidence is None or p.probs is not None:
-                # fixed policy, or a sampled draft (verified whole: see DecodeRequest.choose_length)
+            if r.plan.cost is None or p.confidence is None or p.probs is not None:
+                # fixed policy, or a sampled draft (verified whole: see selection.chain_length)
                 lengths[i] = len(p.tokens)
                 continue
             cum[i] = max(0.0, min(1.0, p.confidence[0]))

@@ -1,5 +1,5 @@
-"""Shared pieces of the training loops: the epoch loop, warm-up + cosine schedule, per-epoch
-checkpoints that resume, and the int8 per-row weight storage of shipped drafters."""
+"""Shared pieces of the training loops: the epoch loop, warm-up + cosine schedule and per-epoch
+checkpoints that resume (the int8 per-row storage of shipped drafters is :mod:`speculative.storage`)."""
 
 from __future__ import annotations
 
@@ -96,16 +96,3 @@ def train_epochs(model, checkpoint: EpochCheckpoint, epochs: int, batches, loss_
         history.append(record)
         checkpoint.save(epoch + 1, history)
     return history
-
-
-def int8_rows(t, min_numel: int = 0) -> dict:
-    """Symmetric int8 per-row quantization of a 2-D float tensor ``t`` [rows, cols]:
-    ``{".int8": int8 [rows, cols], ".scale": float32 [rows, 1]}`` (suffixes to append to the weight's
-    name); tensors that are not 2-D or smaller than ``min_numel`` come back as ``{"": float32}``."""
-    import torch
-
-    t = t.detach().float().cpu().contiguous()
-    if t.ndim != 2 or t.numel() < min_numel:
-        return {"": t}
-    scale = t.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
-    return {".int8": torch.round(t / scale).to(torch.int8).contiguous(), ".scale": scale.contiguous()}

@@ -123,13 +123,25 @@ def _medusa_tensors(batch, vocab_index, K, torch):
     return torch.from_numpy(np.asarray(rows, np.float32)), torch.from_numpy(np.asarray(labels, np.int64))
 
 
+def default_head_config(method: str, hidden_size: int, vocab_ids: list[int], target: str, target_vocab: int):
+    """Head dimensions for a target of this hidden size: heads of 64 dims, MLP twice the width."""
+    from ..drafters.head_nets import HeadConfig
+
+    n_heads = max(1, hidden_size // 64)
+    return HeadConfig(
+        method=method, hidden_size=hidden_size, vocab_ids=list(map(int, vocab_ids)), n_heads=n_heads,
+        n_kv_heads=max(1, n_heads // 4) if n_heads % 4 == 0 else n_heads, head_dim=64,
+        intermediate_size=2 * hidden_size, target=target, target_vocab_size=int(target_vocab),
+    )
+
+
 def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool = True) -> dict:
     """Run (or resume) the whole pipeline; returns the metrics written to ``metrics.json``."""
     import torch
 
     from ..backends import load_backend
     from ..drafters.heads import target_embedding_matrices
-    from .heads import TargetWeights, build_head, count_parameters, default_head_config, save_head
+    from ..drafters.head_nets import TargetWeights, build_head, save_head
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -162,7 +174,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     head = build_head(hcfg).to(device)
     if hasattr(head, "set_dropout"):
         head.set_dropout(cfg.dropout)
-    params = count_parameters(head)
+    params = sum(p.numel() for p in head.parameters())
 
     rng = np.random.default_rng(cfg.seed)
     perm = rng.permutation(len(examples))
@@ -243,7 +255,8 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
                                intermediate: int | None = None, progress: bool = True) -> dict:
     """draft-model method: data, distillation, GGUF + Hugging Face export, held-out estimate."""
     from ..models import resolve
-    from .draft_model import assemble_gguf, save_layers, train_draft_model
+    from ..gguf_io import assemble_gguf
+    from .draft_model import save_layers, train_draft_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

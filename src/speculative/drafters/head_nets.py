@@ -1,4 +1,8 @@
-"""Draft heads that read the target's hidden states (PyTorch): EAGLE-style and Medusa.
+"""The networks of draft heads that read the target's hidden states (PyTorch): EAGLE-style and Medusa,
+their incremental KV cache, and their storage (``drafter.json`` + ``head.safetensors``).
+
+Inference (:mod:`speculative.drafters.heads`) and the checkpoint importer use them;
+:mod:`speculative.training.train` trains them.
 
 EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking
 Feature Uncertainty", section 4): a single decoder layer that, at position t,
@@ -31,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checkpoint import int8_rows
+from ..storage import dequantize_rows, int8_rows
 
 HEAD_FILE = "head.safetensors"
 CONFIG_FILE = "drafter.json"
@@ -317,36 +321,8 @@ def load_head(folder: Path, device="cpu") -> tuple[nn.Module, HeadConfig]:
     from safetensors.torch import load_file
 
     cfg = HeadConfig.from_json((folder / CONFIG_FILE).read_text())
-    raw = load_file(str(folder / HEAD_FILE))
-    state = {}
-    for name, t in raw.items():
-        if name.endswith(".int8"):
-            base = name[: -len(".int8")]
-            state[base] = t.float() * raw[base + ".scale"]
-        elif name.endswith(".scale"):
-            continue
-        else:
-            state[name] = t
+    state = dequantize_rows(load_file(str(folder / HEAD_FILE)))
     head = build_head(cfg)
     head.load_state_dict(state)
     head.eval().to(device)
     return head, cfg
-
-
-def count_parameters(head: nn.Module) -> int:
-    return sum(p.numel() for p in head.parameters())
-
-
-def default_head_config(method: str, hidden_size: int, vocab_ids: list[int], target: str, target_vocab: int) -> HeadConfig:
-    """Head dimensions for a target of this hidden size: heads of 64 dims, MLP twice the width."""
-    n_heads = max(1, hidden_size // 64)
-    return HeadConfig(
-        method=method, hidden_size=hidden_size, vocab_ids=list(map(int, vocab_ids)), n_heads=n_heads,
-        n_kv_heads=max(1, n_heads // 4) if n_heads % 4 == 0 else n_heads, head_dim=64,
-        intermediate_size=2 * hidden_size, target=target, target_vocab_size=int(target_vocab),
-    )
-
-
-def lm_head_logits(features: torch.Tensor, weights: TargetWeights) -> torch.Tensor:
-    """Draft-vocabulary logits of features [..., H]."""
-    return features @ weights.lm_head.T

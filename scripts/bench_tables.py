@@ -1,0 +1,250 @@
+"""Make, or check, the benchmark tables of README.md and docs/benchmarks.md from the committed run files.
+
+Every generated table sits between ``<!-- bench-table NAME -->`` and ``<!-- /bench-table -->``
+lines; NAME is one of :data:`TABLES`. The numbers come only from ``docs/bench/RUN/results.json``,
+``runs.jsonl`` and ``acceptance.json`` (what ``speculative bench`` and ``speculative acceptance``
+wrote), through the bench's own interval formula (:func:`speculative.bench.report.geometric_mean_ci`:
+geometric mean of paired per-question ratios, 95% t-interval on the log scale).
+
+    python scripts/bench_tables.py            # rewrite the tables in place
+    python scripts/bench_tables.py --check    # exit 1, naming the table, if a doc differs from the files
+
+Interval bounds print with two decimals, or three where two would put a bound on the other side of 1
+(0.997 is not "1.00"). Errors: a missing run file or an unknown table name is a one-line error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "docs" / "bench"
+DOCS = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")
+
+sys.path.insert(0, str(ROOT / "src"))
+from speculative.bench.report import geometric_mean_ci  # noqa: E402
+
+#: the machine each run was measured on (results.json records only "x86_64")
+INTEL = "Intel x86-64 with AVX-512, 2 cores"
+EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
+MACHINE = {"qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+           "qwen-xvocab-transformers-3": EPYC}
+#: plain decoders that are not ours: their code and kernels are llama.cpp's or PyTorch's, unmodified
+UNMODIFIED_PLAIN = ("llama-cpp-python", "llama-server", "transformers")
+TARGETS = {"smollm2-135m-instruct": "SmolLM2-135M", "gemma-3-270m": "Gemma-3-270M",
+           "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B"}
+CATEGORIES = {"mt_bench": "MT-Bench", "translation": "Transl.", "summarization": "Summ.", "qa": "QA",
+              "math_reasoning": "Math", "rag": "RAG", "code": "Code"}
+
+
+class TableError(Exception):
+    """A run file or a table that cannot be made (one line)."""
+
+
+# ---- reading runs ----------------------------------------------------------------------------------
+
+
+def results(run: str) -> dict:
+    path = BENCH / run / "results.json"
+    if not path.is_file():
+        raise TableError(f"no run file {path.relative_to(ROOT)}")
+    return json.loads(path.read_text())
+
+
+def runs(run: str) -> dict[tuple[int, str], dict]:
+    """(question id, method) -> that run's record."""
+    path = BENCH / run / "runs.jsonl"
+    if not path.is_file():
+        raise TableError(f"no run file {path.relative_to(ROOT)}")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["question_id"], r["method"]): r for r in rows}
+
+
+def method(res: dict, name: str) -> dict:
+    for m in res["methods"]:
+        if m["method"] == name:
+            return m
+    raise TableError(f"no method {name!r} in run {res['config']['target']} ({[m['method'] for m in res['methods']]})")
+
+
+def paired(run: str, name: str, ref: str) -> tuple[float, float, float]:
+    """End-to-end speedup of method ``name`` over method ``ref``, paired per question (mean, low, high)."""
+    done = runs(run)
+    qids = sorted({q for q, _ in done})
+    ratios = [done[q, ref]["wall_time_s"] / done[q, name]["wall_time_s"] for q in qids
+              if (q, ref) in done and (q, name) in done]
+    return geometric_mean_ci(ratios)
+
+
+def fastest_unmodified(run: str) -> str | None:
+    """The unmodified plain decoder (a peer) with the highest end-to-end speedup over our plain decoding."""
+    res = results(run)
+    peers = [m for m in res["methods"] if m.get("plain") and m["kind"] == "peer"
+             and m["method"].startswith(UNMODIFIED_PLAIN)]
+    return max(peers, key=lambda m: m["speedup"]["mean"])["method"] if peers else None
+
+
+# ---- formatting --------------------------------------------------------------------------------------
+
+
+def bound(x: float) -> str:
+    s = f"{x:.2f}"
+    return f"{x:.3f}" if s == "1.00" and abs(x - 1.0) >= 0.0005 else s
+
+
+def ratio(mean: float, lo: float | None = None, hi: float | None = None, bold: bool = False) -> str:
+    s = f"{mean:.2f}x"
+    if lo is not None and hi is not None and lo == lo and hi == hi and (lo, hi) != (1.0, 1.0):
+        s += f" ({bound(lo)}–{bound(hi)})"
+    return f"**{s}**" if bold else s
+
+
+def label(name: str, res: dict) -> str:
+    """A method's row label: ours, or a peer (an unmodified plain decoder says so); the run's fastest
+    plain decoder end to end is marked."""
+    out = "our plain decoding" if name == "baseline" else name
+    if name in UNMODIFIED_PLAIN:
+        out += " (unmodified)"
+    if (res.get("fastest_plain") or {}).get("end_to_end") == name:
+        out += ", fastest"
+    return out
+
+
+# ---- the tables -----------------------------------------------------------------------------------------
+
+
+def headline(rows: list[tuple[str, str, str]]) -> list[str]:
+    """README: per (run, drafter, note), the end-to-end speedup over the fastest unmodified plain decoder."""
+    out = ["| target | drafter | speedup over the fastest unmodified plain decoder (95% CI) | that decoder | "
+           "questions | machine | run files |", "|---|---|---|---|---|---|---|"]
+    for run, name, note in rows:
+        res = results(run)
+        ref = fastest_unmodified(run)
+        if ref is None:
+            raise TableError(f"run {run} has no unmodified plain decoder to compare with")
+        g, lo, hi = paired(run, name, ref)
+        target = TARGETS.get(res["config"]["target"], res["config"]["target"])
+        out.append(f"| {target} | {name}{note} | {ratio(g, lo, hi, bold=lo > 1.0)} | {ref} | {res['questions']} | "
+                   f"{MACHINE.get(run, INTEL)} | [docs/bench/{run}](docs/bench/{run}/results.md) |")
+    return out
+
+
+def methods_table(run_list: list[str], categories: bool = False) -> list[str]:
+    """Every method of each run: against the run's fastest plain decoder and against our plain decoding."""
+    head = ["run", "method", "e2e vs fastest plain (95% CI)", "decode vs fastest plain (95% CI)",
+            "e2e vs our plain (95% CI)", "τ", "draft tokens verified (accepted)"]
+    cats: list[str] = []
+    if categories:
+        seen = {c for run in run_list for m in results(run)["methods"] for c in m.get("speedup_by_category", {})}
+        cats = [c for c in CATEGORIES if c in seen]
+        head += [CATEGORIES[c] for c in cats]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in run_list:
+        res = results(run)
+        target = TARGETS.get(res["config"]["target"], res["config"]["target"])
+        for i, m in enumerate(res["methods"]):
+            v = m.get("vs_fastest_plain", {})
+            e2e, dec = v.get("speedup", {}), v.get("decode_speedup", {})
+            ours = m["speedup"]
+            drafted = m.get("stats", {}).get("draft_tokens", 0)
+            ours_drafter = m["kind"] == "ours"
+            best = ours_drafter and e2e and e2e["ci95"][0] > 1.0
+            cells = [
+                f"{target}: [{run}](bench/{run}/results.md)" if i == 0 else "",
+                label(m["method"], res),
+                ratio(e2e["mean"], *e2e["ci95"], bold=best) if e2e else "–",
+                ratio(dec["mean"], *dec["ci95"]) if dec else "–",
+                ratio(ours["mean"], *ours["ci95"]),
+                f"{m['mean_accepted_tokens']:.2f}" if m.get("mean_accepted_tokens") and m["kind"] != "peer" else "–",
+                f"{drafted:,} ({m['stats']['accepted_tokens']:,})" if ours_drafter else "–",
+            ]
+            if categories:
+                by = m.get("speedup_by_category", {})
+                cells += [f"{by[c]:.2f}x" if c in by and m["method"] != "baseline" else "–" for c in cats]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def acceptance_table(run: str) -> list[str]:
+    """``speculative acceptance``: τ and α per drafter and k, overall and by category, and the predictions."""
+    path = BENCH / run / "acceptance.json"
+    if not path.is_file():
+        raise TableError(f"no run file {path.relative_to(ROOT)}")
+    acc = json.loads(path.read_text())
+    cats = [c for c in CATEGORIES if c in acc["categories"]]
+    head = ["drafter", "k", "α", "τ"] + [f"τ {CATEGORIES[c]}" for c in cats] + ["predicted, flat T(n)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in acc["rows"]:
+        by = r.get("by_category", {})
+        taus = [f"{by[c]['tau']:.2f}" if isinstance(by, dict) and c in by else "–" for c in cats]
+        out.append("| " + " | ".join([r["drafter"], str(r["k"]), f"{r['alpha']:.2f}", f"{r['tau']:.2f}", *taus,
+                                       f"{r['predicted_speedup_flat']:.2f}x"]) + " |")
+    return out
+
+
+TABLES = {
+    "headline": lambda: headline([
+        ("gemma-v4", "ngram", ""),
+        ("smollm2-v4", "ngram", ""),
+        ("qwen-peers-v3", "ngram", ""),
+        ("qwen-avx2-tiles", "ngram", ""),
+        ("qwen-peers-v3", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
+        ("qwen-peers-v3", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+    ]),
+    "small-targets": lambda: methods_table(["smollm2-v4", "gemma-v4"]),
+    "qwen-gate-intel": lambda: methods_table(["qwen-gate-3"], categories=True),
+    "qwen-peers-intel": lambda: methods_table(["qwen-peers-v3"]),
+    "qwen-gate-epyc": lambda: methods_table(["qwen-gate-4"], categories=True),
+    "qwen-avx2-tiles": lambda: methods_table(["qwen-avx2-tiles"]),
+    "qwen-acceptance": lambda: acceptance_table("qwen-acceptance"),
+    "cross-vocab-llama": lambda: methods_table(["gemma-xvocab", "qwen-translation-silent"]),
+    "cross-vocab-transformers": lambda: methods_table(["qwen-xvocab-transformers-3", "gemma-xvocab-transformers"]),
+    "transformers": lambda: methods_table(["qwen-transformers", "qwen-transformers-flat"]),
+}
+
+_BLOCK = re.compile(r"(<!-- bench-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench-table -->)", re.S)
+
+
+def render(text: str) -> tuple[str, list[str]]:
+    """The document with every table made afresh, and the names of the tables that changed."""
+    changed: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise TableError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
+        body = "\n".join(TABLES[name]()) + "\n"
+        if body != m.group("body"):
+            changed.append(name)
+        return m.group(1) + body + m.group(4)
+
+    return _BLOCK.sub(sub, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="do not write; exit 1 if a table differs from the run files")
+    args = ap.parse_args(argv)
+    stale = []
+    try:
+        for doc in DOCS:
+            text = doc.read_text()
+            new, changed = render(text)
+            stale += [f"{doc.relative_to(ROOT)}: {name}" for name in changed]
+            if changed and not args.check:
+                doc.write_text(new)
+    except TableError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if stale:
+        print(("stale: " if args.check else "rewrote: ") + ", ".join(stale), file=sys.stderr)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The benchmark tables of README.md and docs/benchmarks.md are what the committed run files say
+(scripts/bench_tables.py), and their intervals are printed so that a bound below 1 never reads as 1.00."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+pytestmark = pytest.mark.quick
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tables():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "scripts" / "bench_tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_tables_match_the_run_files(tables, capsys):
+    assert tables.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_changed_number_is_caught(tables):
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "<!-- bench-table small-targets -->" in doc
+    tampered = doc.replace("**1.93x (1.66–2.25)**", "**1.95x (1.66–2.25)**", 1)
+    assert tampered != doc
+    assert tables.render(tampered)[1] == ["small-targets"]
+
+
+@pytest.mark.parametrize("x, text", [(0.997, "0.997"), (1.004, "1.004"), (1.0, "1.00"), (0.9996, "1.00"),
+                                     (0.95, "0.95"), (1.05, "1.05")])
+def test_interval_bounds_do_not_round_onto_1(tables, x, text):
+    assert tables.bound(x) == text
+
+
+def test_the_gate_run_prints_its_lower_bound(tables):
+    """The AMD EPYC gate run's n-gram interval, once shown as (1.00–1.05): its lower bound is 0.997."""
+    row = next(line for line in tables.TABLES["qwen-gate-epyc"]() if "| ngram |" in line)
+    assert "1.02x (0.997–1.05)" in row

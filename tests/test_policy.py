@@ -1,0 +1,132 @@
+"""The adaptive draft policy (speculative.policy): one back-off for drafters that do not pay, silencing
+across requests and the budgeted re-measure, the fixed policy that never backs off."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FrozenCost
+from speculative.drafters import NgramDrafter
+from speculative.drafters.base import DraftProposal, NoDrafter
+from speculative.policy import MAX_SKIP, REMEASURE_BUDGET, DraftPolicy
+from speculative.stats import GenerationStats
+
+pytestmark = pytest.mark.quick
+
+FLAT = FrozenCost([1, 16], [0.010, 0.010])  # T(n) = 10 ms for any n: drafting can always pay
+
+
+class NetworkDrafter(NoDrafter):
+    """Stands for a drafter that runs a network for each proposal (a draft model, a head)."""
+
+    runs_network = True
+
+
+def _run(policy, st, steps: int, proposal: DraftProposal, min_confidence: float = 0.5,
+         forward_s: float | None = None, accepted: int = 0) -> str:
+    """``steps`` steps of one request: 'p' where the drafter ran (with ``proposal``), 's' where it was skipped."""
+    stats, pattern = GenerationStats(), []
+    for _ in range(steps):
+        budget = policy.draft_budget(st, 4, stats, None, [])
+        if budget == 0:
+            pattern.append("s")
+            continue
+        pattern.append("p")
+        policy.observe_proposal(st, proposal, 0.001, budget, min_confidence)
+        policy.observe_step(st, len(proposal.tokens), accepted, 1 + len(proposal.tokens), forward_s)
+    return "".join(pattern)
+
+
+def test_a_drafter_whose_first_token_falls_short_backs_off_1_2_4_then_resets():
+    policy = DraftPolicy(NetworkDrafter())
+    st = policy.begin_request(FLAT, 4, 1000)
+    weak = DraftProposal([7], confidence=[0.1])  # not worth verifying at min_confidence 0.5
+    assert _run(policy, st, 12, weak) == "pspsspssssps"
+    while st.skip:
+        _run(policy, st, 1, weak)
+    assert _run(policy, st, 1, DraftProposal([7], confidence=[0.9])) == "p"  # a promising proposal resets
+    assert st.misses == 0 and st.skip == 0
+    assert _run(policy, st, 3, DraftProposal())[:2] == "ps", "an empty proposal of a network drafter is a miss"
+
+
+def test_the_back_off_is_capped():
+    policy = DraftPolicy(NetworkDrafter())
+    st = policy.begin_request(FLAT, 4, 1000)
+    pattern = _run(policy, st, 400, DraftProposal([7], confidence=[0.1]))
+    assert max(len(run) for run in pattern.split("p")) == MAX_SKIP == 32
+
+
+def test_a_measured_loss_backs_off_and_paying_steps_reset():
+    """The measured net saving is the same signal for every drafter, a free one included: a drafted step
+    that loses (nothing accepted, the verification slower than T(1)) backs off; once the average saving
+    is positive again, the back-off resets."""
+    policy = DraftPolicy(NgramDrafter())
+    st = policy.begin_request(FLAT, 4, 1000)
+    draft = DraftProposal([7, 8], confidence=[0.9, 0.9])
+    assert _run(policy, st, 3, draft, forward_s=0.020, accepted=0) == "psp"
+    assert policy.saving < 0 and st.misses == 2
+    while st.skip:
+        _run(policy, st, 1, draft)
+    # accepted 2 of 2 in 11 ms: saves 2 x 10 - 1 - 1 = 18 ms a step; the average (weight 0.2) turns
+    # positive at the third such step, the back-off growing until then (4, then 8 plain steps)
+    pattern = _run(policy, st, 30, draft, forward_s=0.011, accepted=2)
+    assert pattern.startswith("p" + "s" * 4 + "p" + "s" * 8 + "ppp") and pattern.endswith("p" * 15)
+    assert policy.saving > 0 and st.misses == 0
+
+
+def test_a_free_drafter_that_proposes_nothing_is_not_judged():
+    policy = DraftPolicy(NgramDrafter())
+    st = policy.begin_request(FLAT, 4, 1000)
+    assert _run(policy, st, 5, DraftProposal(), forward_s=0.010) == "ppppp"
+
+
+def test_the_fixed_policy_never_backs_off():
+    policy = DraftPolicy(NetworkDrafter())
+    st = policy.begin_request(None, 4, 1000)
+    assert _run(policy, st, 6, DraftProposal([7], confidence=[0.1]), min_confidence=0.0, forward_s=0.02) == "pppppp"
+    assert policy.accepts == 0 and policy.rejects == 6  # acceptance is still measured
+
+
+def test_silenced_drafter_is_remeasured_within_a_budget():
+    """A negative measured saving silences a drafter (a request that starts silenced never lets it draft);
+    it is measured afresh once the decoding time it sat out, times the budget (1%), covers what the last
+    measurement lost; one that pays ends it."""
+    assert REMEASURE_BUDGET == 0.01
+    p = DraftPolicy(NgramDrafter())
+
+    def begin():
+        st = p.begin_request(FLAT, 4, 64)
+        assert st.silent == p.silenced and st.silent != st.remeasures or not p.silenced
+        if st.silent:
+            assert _run(p, st, 3, DraftProposal([7], confidence=[1.0])) == "sss"
+        return st
+
+    st = begin()
+    assert not st.remeasures and not st.silent  # nothing measured yet: nothing to re-measure
+    p.observe_saving(-1.5, 2)  # the first measurement: two drafted steps that lost 2 s in all
+    p.observe_saving(-0.5, 1)
+    p.end_request(st, 120.0, drafted=True)  # the request that measured it is not sat out
+    pattern = []
+    for _ in range(6):
+        st = begin()
+        pattern.append(st.remeasures)
+        if not st.remeasures:
+            assert st.silent
+            p.end_request(st, 45.0, drafted=False)  # each silent request decodes for 45 s
+    assert pattern == [False] * 5 + [True]  # after 4 silent requests 180 s x 1% < 2 s; after 5, 225 s
+    assert not st.silent and p.measured_saving_per_token() is None  # the old measurement is forgotten
+    p.observe_saving(-0.2, 1)  # the re-measure loses 0.2 s: measured again after 20 s sat out
+    p.end_request(st, 30.0, drafted=True)
+    st = begin()
+    assert not st.remeasures
+    p.end_request(st, 19.0, drafted=False)
+    st = begin()
+    assert not st.remeasures
+    p.end_request(st, 1.0, drafted=False)
+    st = begin()
+    assert st.remeasures
+    p.observe_saving(0.3, 2)  # this one pays: the drafter drafts again, nothing to re-measure
+    assert p.measured_saving_per_token() == 0.15
+    p.end_request(st, 500.0, drafted=True)
+    st = begin()
+    assert not st.remeasures and not st.silent and p.measured_saving_per_token() == 0.15
