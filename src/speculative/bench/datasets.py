@@ -2,8 +2,10 @@
 
 ``code`` holds 45 programming requests the project wrote (writing functions,
 editing and fixing, refactoring, explaining code; never HumanEval or its
-derivatives), in one category ``code``. Datasets combine with ``+``
-(``spec-bench+code``).
+derivatives), in one category ``code``. ``agentic`` holds the project's multi-turn sessions
+whose answers repeat earlier text (tool-calling agents, whole-file code edits, JSON
+extraction, rewrites; ``scripts/make_agentic.py`` writes it) for suffix-style drafters.
+Datasets combine with ``+`` (``spec-bench+code``).
 
 Spec-Bench (Xia et al. 2024) groups its 480 questions in six categories; its
 first 80 are MT-Bench's eight sub-categories, reported together as
@@ -21,7 +23,8 @@ from pathlib import Path
 from ..errors import ConfigError
 
 MT_BENCH_SUBCATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "code")
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "code",
+              "agent", "code_edit", "extract", "rewrite")
 CATEGORY_TITLES = {
     "mt_bench": "MT-Bench",
     "translation": "Translation",
@@ -30,6 +33,10 @@ CATEGORY_TITLES = {
     "math_reasoning": "Math",
     "rag": "RAG",
     "code": "Code",
+    "agent": "Agent",
+    "code_edit": "Code edit",
+    "extract": "Extract",
+    "rewrite": "Rewrite",
 }
 
 
@@ -44,17 +51,19 @@ class Question:
 
 
 def dataset_path(name: str) -> Path:
-    """``spec-bench`` (the repository copy), ``code`` (the project's code prompts), ``dev`` (the development
-    set) or a JSONL path."""
+    """``spec-bench`` (the repository copy), ``code`` (the project's code prompts), ``agentic`` (the project's
+    multi-turn sessions), ``dev`` (the development set) or a JSONL path."""
     if name == "spec-bench":
         return Path(str(resources.files("speculative") / "data" / "spec_bench" / "question.jsonl"))
     if name == "dev":
         return Path(str(resources.files("speculative") / "data" / "devset.jsonl"))
     if name == "code":
         return Path(str(resources.files("speculative") / "data" / "code.jsonl"))
+    if name == "agentic":
+        return Path(str(resources.files("speculative") / "data" / "agentic.jsonl"))
     p = Path(name)
     if not p.is_file():
-        raise ConfigError(f"dataset '{name}' is neither 'spec-bench', 'code', 'dev' nor a JSONL file")
+        raise ConfigError(f"dataset '{name}' is neither 'spec-bench', 'code', 'agentic', 'dev' nor a JSONL file")
     return p
 
 
