@@ -118,6 +118,9 @@ class GenerationConfig:
         constraint: None, or a :class:`~speculative.constraints.ConstraintSpec` the output must match
             (JSON object, JSON Schema, regular expression, Lark/GBNF grammar); ``with_`` also takes
             ``json_schema=``, ``regex=``, ``grammar=`` or ``json_object=True``.
+        tenant: whose request it is (the server sets it from the API key and the ``user`` field); a
+            drafter that learns across requests (``suffix``) learns and drafts per tenant, so that no
+            request's drafts, acceptance or timing depend on another tenant's text. "" by default.
     """
 
     max_new_tokens: int = 128
@@ -130,6 +133,7 @@ class GenerationConfig:
     logprobs: int | None = None
     min_tokens: int = 0
     constraint: ConstraintSpec | None = None
+    tenant: str = ""
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise :class:`ConfigError` naming the bad setting."""

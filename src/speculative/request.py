@@ -187,12 +187,12 @@ class DecodeRequest:
             out = target.forward([ForwardRequest(self.seq, prompt[split:], logits="all", hidden=True,
                                                  hidden_layers=self.drafter.hidden_layers)])[0]
             logits = out.logits
-            self.draft_state = self.drafter.start(prompt, self.messages)
+            self.draft_state = self.drafter.start(prompt, self.messages, tenant=self.cfg.tenant)
             self.drafter.observe_hidden(self.draft_state, split, out.hidden)
         else:
             logits = target.forward([ForwardRequest(self.seq, prompt[kept:], logits="last")])[0].logits
             if not self.plan.silent:  # a drafter sitting the request out keeps no state in it
-                self.draft_state = self.drafter.start(prompt, self.messages)
+                self.draft_state = self.drafter.start(prompt, self.messages, tenant=self.cfg.tenant)
         self.context = list(prompt)
         rows = logits[-1:]
         if self.sampler.uses_history:
@@ -240,6 +240,8 @@ class DecodeRequest:
         self.stats.draft_time_s += seconds
         self.stats.draft_forward_time_s += self._draft_model_time() - model_t0
         self.policy.observe_proposal(self.plan, proposal, seconds, budget, min_conf)
+        if proposal.source and proposal.tokens:
+            self.stats.drafter_steps[proposal.source] = self.stats.drafter_steps.get(proposal.source, 0) + 1
         return self._constrain(limit_to_budget(proposal, budget))
 
     def choose(self, proposal: DraftProposal) -> int | list[int]:
@@ -448,7 +450,7 @@ class DecodeRequest:
             self.policy.end_request(self.plan, self.stats.wall_time_s - self.stats.prefill_time_s,
                                     self.stats.draft_tokens > 0)
         if self.draft_state is not None:
-            self.drafter.finish(self.draft_state)
+            self.drafter.finish(self.draft_state, self.context)
             self.draft_state = None
         if self.seq is not None:
             self.target.release_sequence(self.seq)

@@ -23,6 +23,9 @@ class GenerationStats:
     ``cached_prompt_tokens``: prompt tokens whose keys/values were reused from an
     earlier request's cache (a shared prefix, e.g. the earlier turns of a chat).
 
+    ``drafter_steps``: for a drafter that combines several (``suffix+OTHER``), how many steps each
+    of them proposed the draft (by drafter name); empty otherwise.
+
     Times are wall-clock seconds. ``prefill_time_s`` covers the prompt's
     forward pass in target and drafter; ``draft_time_s`` the drafter's proposing;
     ``verify_time_s`` the target's verification passes and the acceptance test.
@@ -48,6 +51,7 @@ class GenerationStats:
     wall_time_s: float = 0.0
     target_forward_time_s: float = 0.0
     draft_forward_time_s: float = 0.0
+    drafter_steps: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -95,6 +99,8 @@ class GenerationStats:
                 mine.extend([0] * (len(theirs) - len(mine)))
             for i, v in enumerate(theirs):
                 mine[i] += v
+        for name, n in other.drafter_steps.items():
+            self.drafter_steps[name] = self.drafter_steps.get(name, 0) + n
         self.num_speculative_tokens = max(self.num_speculative_tokens, other.num_speculative_tokens)
         return self
 

@@ -1,7 +1,8 @@
 """Drafters and the ``--drafter`` spec: ``TYPE[:NAME_OR_PATH][,key=value...]``.
 
 Examples: ``none``, ``ngram``, ``ngram,min=1,max=4``, ``model:smollm2-135m-instruct``,
-``model:/path/to/draft.gguf,threads=1``.
+``model:/path/to/draft.gguf,threads=1``, ``suffix,tree=4``; ``suffix[,...]+OTHER`` combines the
+suffix drafter with another one (:class:`~speculative.drafters.combined.CombinedDrafter`).
 
 New drafter types register a factory under a new TYPE word with
 :func:`register_drafter`; the CLI, bench and server need no new flags.
@@ -27,10 +28,13 @@ class DrafterSpec:
     kind: str
     name: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    #: the drafter combined with this one (``suffix,...+OTHER``), or None
+    other: DrafterSpec | None = None
 
     def __str__(self) -> str:
         s = self.kind + (f":{self.name}" if self.name else "")
-        return s + "".join(f",{k}={v}" for k, v in self.options.items())
+        s += "".join(f",{k}={v}" for k, v in self.options.items())
+        return s + (f"+{self.other}" if self.other is not None else "")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,13 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     """
     if spec is None or not str(spec).strip():
         raise ConfigError("empty --drafter spec; try 'ngram', 'none' or 'model:NAME'")
+    if "+" in str(spec):
+        first, _, rest = str(spec).partition("+")
+        left, right = parse_drafter_spec(first), parse_drafter_spec(rest)
+        if left.kind != "suffix" or right.kind in ("suffix", "none"):
+            raise ConfigError(f"'{spec}': only 'suffix[,...]+OTHER' combines drafters (OTHER: a draft model, "
+                              "a head or ngram)")
+        return DrafterSpec(left.kind, left.name, left.options, right)
     head, *opts = [p.strip() for p in str(spec).strip().split(",")]
     kind, _, name = head.partition(":")
     kind = kind.strip().lower()
@@ -116,7 +127,17 @@ def build_drafter(spec: str | DrafterSpec, target: Backend, ctx: BuildContext | 
     if not isinstance(spec, DrafterSpec):
         spec = parse_drafter_spec(spec)
     ctx = ctx or BuildContext(backend=target.name)
-    drafter = DRAFTER_TYPES[spec.kind].factory(spec, target, ctx)
+    if spec.other is not None:
+        from .combined import CombinedDrafter
+
+        other = build_drafter(spec.other, target, ctx)
+        try:
+            drafter = CombinedDrafter(DRAFTER_TYPES[spec.kind].factory(spec, target, ctx), other)
+        except BaseException:
+            other.close()
+            raise
+    else:
+        drafter = DRAFTER_TYPES[spec.kind].factory(spec, target, ctx)
     try:
         drafter.bind(target)
     except BaseException:
@@ -140,11 +161,36 @@ def tree_leaves(spec: str | DrafterSpec) -> int:
     if not isinstance(spec, DrafterSpec):
         spec = parse_drafter_spec(spec)
     width = _int_option(spec, "tree", 0, 0) or 0
+    if spec.other is not None:
+        return max(tree_leaves(DrafterSpec(spec.kind, spec.name, spec.options)), tree_leaves(spec.other))
+    if width and spec.kind == "suffix":
+        return 2 * width  # branches at a few depths; the policy cuts the least confident leaves to fit
     if width and spec.kind in ("eagle", "eagle3", "medusa"):
         # heads add width - 1 sibling leaves per depth along the spine; room for 8 depths
         # (deeper trees are cut to fit, least confident leaves first)
         return (width - 1) * 8 + 1
     return width
+
+
+def _suffix(spec, target, ctx) -> Drafter:
+    from .suffix import SuffixDrafter
+
+    def _float(key: str, default: float) -> float:
+        raw = spec.options.get(key)
+        try:
+            return default if raw is None else float(raw)
+        except ValueError:
+            raise ConfigError(f"drafter option {key}={raw} must be a number") from None
+
+    use_global = spec.options.get("global", "on").lower()
+    if use_global not in ("on", "off"):
+        raise ConfigError(f"drafter option global={use_global} must be on or off")
+    return SuffixDrafter(
+        max_pattern=_int_option(spec, "max", 32, 1), factor=_float("factor", 1.0), tree=_int_option(spec, "tree", 0, 0),
+        min_prob=_float("min_prob", 0.1), use_global=use_global == "on",
+        capacity=_int_option(spec, "capacity", 200_000),
+        cache=spec.options.get("cache"),
+    )
 
 
 def _model(spec, target, ctx) -> Drafter:
@@ -257,6 +303,23 @@ register_drafter(
         },
         False,
         "prompt lookup: continue the longest earlier n-gram match in prompt and output",
+    )
+)
+register_drafter(
+    DrafterType(
+        "suffix",
+        _suffix,
+        {
+            "max": "longest suffix of the context matched (tokens; default 32)",
+            "factor": "at most factor x (match length) draft tokens per step (default 1)",
+            "tree": "most branches per node: a token tree of the most frequent continuations (default 0: a chain)",
+            "min_prob": "leave out continuations seen in fewer than this share of matches (default 0.1)",
+            "global": "on (default): also match earlier requests of the same tenant; off: this request only",
+            "capacity": "tokens of earlier requests kept, all tenants together; oldest evicted (default 200000, about 100 MB)",
+            "cache": "a file that keeps earlier requests across runs (default: memory only)",
+        },
+        False,
+        "suffix decoding: continue the longest match in this and earlier requests; combine: suffix+OTHER",
     )
 )
 register_drafter(

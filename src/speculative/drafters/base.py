@@ -49,6 +49,8 @@ class DraftProposal:
         catchup_s: seconds of this proposal spent bringing the drafter up to the context (a draft
             model's lazy prompt prefill), not drafting: left out of the per-token draft cost.
         catchup_tokens: how many tokens that catch-up fed (the policy measures its rate from both).
+        source: which drafter proposed it, where one drafter combines several (``suffix+OTHER``):
+            counted per step in the request's statistics (``drafter_steps``); "" otherwise.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -57,6 +59,7 @@ class DraftProposal:
     parents: list[int] | None = None
     catchup_s: float = 0.0
     catchup_tokens: int = 0
+    source: str = ""
 
 
 @dataclass
@@ -131,9 +134,11 @@ class Drafter(abc.ABC):
 
     # ---- one request ------------------------------------------------------------------------------
 
-    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> DraftState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None, tenant: str = "") -> DraftState:
         """A new request with ``prompt`` token ids, rendered from the chat ``messages`` (None: a raw prompt
-        or ids; a drafter with another tokenizer renders them with its own chat template)."""
+        or ids; a drafter with another tokenizer renders them with its own chat template). ``tenant``
+        names whose request it is (the server's API key or ``user`` field; "" for the CLI and library):
+        a drafter that keeps text across requests keeps it per tenant."""
         return DraftState(prompt_len=len(prompt))
 
     @abc.abstractmethod
@@ -177,8 +182,9 @@ class Drafter(abc.ABC):
         """Condition this request's drafts on (about) the last ``n_tokens`` of the context only, so that
         catching up costs less (drafts stay verified, so output is unchanged; acceptance may drop)."""
 
-    def finish(self, state: DraftState) -> None:
-        """The request ended; free its state."""
+    def finish(self, state: DraftState, context: Sequence[int] | None = None) -> None:
+        """The request ended with ``context`` (prompt + every committed token; None when unknown): free its
+        state (a drafter that learns across requests keeps the context for later ones)."""
 
     # ---- the drafter's lifetime -------------------------------------------------------------------
 
@@ -209,7 +215,7 @@ class ModelDrafter(Drafter):
         self.model.forward([ForwardRequest(seq_id, pending[:-1], logits="none")])
         return pending[-1:], time.perf_counter() - t0, len(pending) - 1
 
-    def finish(self, state: DraftState) -> None:
+    def finish(self, state: DraftState, context: Sequence[int] | None = None) -> None:
         self.model.release_sequence(state.seq_id)
 
     def reset_caches(self) -> None:

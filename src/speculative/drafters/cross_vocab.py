@@ -164,7 +164,7 @@ class CrossVocabDrafter(ModelDrafter):
 
     # ---- requests -----------------------------------------------------------------------------------
 
-    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> CrossVocabState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None, tenant: str = "") -> CrossVocabState:
         """The drafter's own prompt: its chat template on ``messages`` when both are there, else the
         target prompt's text (control tokens written out, a leading BOS left out) re-tokenized by the
         drafter (with its BOS where it wants one). Prefilled lazily, by the first proposal."""

@@ -81,7 +81,7 @@ class DraftModelDrafter(ModelDrafter):
         check_same_vocabulary(target, self.model)
         super().bind(target)
 
-    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> DraftModelState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None, tenant: str = "") -> DraftModelState:
         # the prompt is prefilled lazily, by the first proposal: a request whose drafts would
         # not pay (the adaptive policy decides per step) never pays the draft model's prefill
         return DraftModelState(

@@ -189,7 +189,7 @@ class EagleDrafter(_HeadDrafter):
         """Draft-vocabulary logits of head outputs [..., H] (the target's own LM-head rows)."""
         return out @ self.weights.lm_head.T
 
-    def start(self, prompt, messages=None) -> HeadState:
+    def start(self, prompt, messages=None, tenant="") -> HeadState:
         from .head_nets import HeadCache
 
         st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=confidence_scorer())
@@ -243,7 +243,7 @@ class EagleDrafter(_HeadDrafter):
             feat = self.head.step(feat[None], self.weights.embed_tokens(tok), state.cache)[0]
         return tb.proposal(state.scorer, len(context), bool(self.tree))
 
-    def finish(self, state) -> None:
+    def finish(self, state, context=None) -> None:
         state.feats.clear()
 
 
@@ -314,7 +314,7 @@ class MedusaDrafter(_HeadDrafter):
     def description(self) -> str:
         return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
 
-    def start(self, prompt, messages=None) -> HeadState:
+    def start(self, prompt, messages=None, tenant="") -> HeadState:
         return HeadState(prompt_len=len(prompt), scorer=confidence_scorer())
 
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
@@ -334,5 +334,5 @@ class MedusaDrafter(_HeadDrafter):
             tb.add_level(probs[depth], self.vocab_ids, depth)
         return tb.proposal(state.scorer, len(context), bool(self.tree))
 
-    def finish(self, state) -> None:
+    def finish(self, state, context=None) -> None:
         state.feats.clear()

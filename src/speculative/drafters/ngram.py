@@ -90,7 +90,7 @@ class NgramDrafter(Drafter):
     def description(self) -> str:
         return f"ngram(min={self.min_n},max={self.max_n}" + (f",tree={self.tree})" if self.tree else ")")
 
-    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None) -> NgramState:
+    def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None, tenant: str = "") -> NgramState:
         st = NgramState(
             prompt_len=len(prompt),
             index={n: {} for n in range(self.min_n, self.max_n + 1)},

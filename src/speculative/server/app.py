@@ -161,7 +161,7 @@ def create_app(state: ServerState) -> FastAPI:
             if any(t < 0 or t >= target.vocab_size for t in ids):
                 raise APIError(400, f"prompt token ids must be in [0, {target.vocab_size})", param="prompt")
         max_new = _budget(len(ids), body.max_tokens, "max_tokens")
-        cfg = body.generation_config(state.gen.config, max_new, body.logprobs)
+        cfg = body.generation_config(state.gen.config, max_new, body.logprobs, _api_key(request))
         return await _serve(request, body, ids, cfg, chat=False)
 
     @app.post("/v1/chat/completions")
@@ -183,8 +183,12 @@ def create_app(state: ServerState) -> FastAPI:
         lp = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        cfg = body.generation_config(state.gen.config, max_new, lp)
+        cfg = body.generation_config(state.gen.config, max_new, lp, _api_key(request))
         return await _serve(request, body, ids, cfg, chat=True, messages=msgs)
+
+    def _api_key(request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
 
     async def _serve(request: Request, body, ids, cfg, chat: bool, messages: list[dict] | None = None):
         if cfg.sampling.logit_bias and max(cfg.sampling.logit_bias) >= target.vocab_size:

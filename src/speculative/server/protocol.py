@@ -16,6 +16,8 @@ or str -> number coercion), numbers must be finite, and strings valid Unicode
 
 from __future__ import annotations
 
+import hashlib
+
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AllowInfNan, BaseModel, ConfigDict, Field, Strict
@@ -149,8 +151,9 @@ class _Common(BaseModel):
     num_speculative_tokens: SInt | None = Field(default=None, ge=1, le=64, description="k for this request")
     speculative: SBool = Field(default=True, description="false decodes this request without drafting")
     draft_policy: Literal["adaptive", "fixed"] | None = None
-    # accepted and ignored: they cannot change the result here
+    # names the tenant (with the API key): a drafter that learns across requests keeps one memory per tenant
     user: SStr | None = None
+    # accepted and ignored: they cannot change the result here
     metadata: dict[str, Any] | None = None
     store: SBool | None = None
     service_tier: SStr | None = None
@@ -193,7 +196,15 @@ class _Common(BaseModel):
             out[tok] = float(v)
         return out
 
-    def generation_config(self, base: GenerationConfig, max_new_tokens: int, logprobs: int | None) -> GenerationConfig:
+    def generation_config(self, base: GenerationConfig, max_new_tokens: int, logprobs: int | None,
+                          api_key: str = "") -> GenerationConfig:
+        """The request's generation settings. Its tenant is the API key (the ``Authorization: Bearer``
+        token, kept only as a SHA-256 prefix) and the ``user`` field together: requests that differ in
+        either never share what a drafter learned across requests (:attr:`GenerationConfig.tenant`)."""
+        tenant = ""
+        if api_key or self.user:
+            key = hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else ""
+            tenant = f"{key}/{self.user or ''}"
         return GenerationConfig(
             max_new_tokens=max_new_tokens,
             num_speculative_tokens=self.num_speculative_tokens or base.num_speculative_tokens,
@@ -208,6 +219,7 @@ class _Common(BaseModel):
             logprobs=logprobs,
             min_tokens=min(self.min_tokens, max_new_tokens),  # the window may end the output sooner
             constraint=self.response_format.constraint() if self.response_format is not None else None,
+            tenant=tenant,
         ).validate()
 
 
