@@ -20,6 +20,10 @@ Variants (``--peer NAME``):
   with llama.cpp's default draft parameters (n_max 3, n_min 0, p_min 0). In this
   llama.cpp version ``--model-draft`` alone loads the draft model but drafts
   nothing: the speculative type must be named.
+- ``llama-server-ngram``: llama.cpp's prompt lookup, ``--spec-type ngram-simple``
+  (its defaults), no draft model.
+- ``llama-server-ngram-mod``: ``--spec-type ngram-mod``, llama.cpp's n-gram drafter
+  whose hash pool is kept across requests (its closest kin to suffix decoding).
 
 ``SPECULATIVE_LLAMA_SERVER=/path/to/llama-server`` uses another build instead.
 """
@@ -51,7 +55,11 @@ VARIANTS: dict[str, tuple[str, ...] | None] = {
     "llama-server-spec": ("--spec-type", "draft-simple", "--spec-draft-n-max", "16", "--spec-draft-n-min", "5",
                           "--spec-draft-p-min", "0.9"),
     "llama-server-spec-defaults": ("--spec-type", "draft-simple"),
+    "llama-server-ngram": ("--spec-type", "ngram-simple"),
+    "llama-server-ngram-mod": ("--spec-type", "ngram-mod"),
 }
+#: the variants that run a draft model (``--model-draft``)
+DRAFT_VARIANTS = frozenset({"llama-server-spec", "llama-server-spec-defaults"})
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-tools.sh"
 HEALTH_TIMEOUT_S = 600.0
@@ -101,7 +109,8 @@ def server_command(binary: str | Path, model: str, port: int, n_ctx: int, thread
 
     Args:
         binary: the ``llama-server`` executable.
-        model: target GGUF path; ``draft``: draft GGUF path (required with ``spec_flags``).
+        model: target GGUF path; ``draft``: draft GGUF path (required with ``spec_flags`` that name
+            ``draft-simple``; n-gram variants run without one).
         port: loopback port; n_ctx: context tokens; threads: generation and batch threads.
         spec_flags: speculative flags of the variant (None: plain decoding).
 
@@ -111,9 +120,11 @@ def server_command(binary: str | Path, model: str, port: int, n_ctx: int, thread
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx),
            "-t", str(threads), "-tb", str(threads), "-np", "1", "-cram", "0", "--no-webui"]
     if spec_flags is not None:
-        if not draft:
-            raise ConfigError("a llama-server speculative peer needs a draft model (--peer-draft MODEL)")
-        cmd += ["--model-draft", str(draft), *spec_flags]
+        if "draft-simple" in spec_flags:
+            if not draft:
+                raise ConfigError("a llama-server speculative peer needs a draft model (--peer-draft MODEL)")
+            cmd += ["--model-draft", str(draft)]
+        cmd += list(spec_flags)
     return cmd
 
 
@@ -306,6 +317,8 @@ class LlamaServerPeer(Method):
             raise ConfigError(f"unknown llama-server peer '{name}': choose from {', '.join(VARIANTS)}")
         self.label = name
         self.plain = VARIANTS[name] is None
+        # llama.cpp's default build (scripts/build-llama-tools.sh), unless SPECULATIVE_LLAMA_SERVER names another
+        self.unmodified = not os.environ.get("SPECULATIVE_LLAMA_SERVER")
         self.draft = None if self.plain else draft
         cmd = lambda port: server_command(binary, model, port, n_ctx, threads, self.draft, VARIANTS[name])  # noqa: E731
         cmd(0)  # validate (a missing draft model) before starting anything

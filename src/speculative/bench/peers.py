@@ -27,18 +27,29 @@ PEER_NAMES = (
     "llama-server",
     "llama-server-spec",
     "llama-server-spec-defaults",
+    "llama-server-ngram",
+    "llama-server-ngram-mod",
 )
 
 
 class LlamaCppPythonPeer(Method):
-    """llama-cpp-python's high-level ``Llama`` (its default kernels), optionally with ``LlamaPromptLookupDecoding``."""
+    """llama-cpp-python's high-level ``Llama`` (llama.cpp's default kernels, repacked weights), optionally with
+    ``LlamaPromptLookupDecoding``.
+
+    It runs in this process, so it loads the llama-cpp-python that this package runs on: our build, with the
+    batch-invariant patch compiled in (its weights load into llama.cpp's own repacked buffers, but the patch's
+    F16 attention path and build options are ours). Its label says so ("ours"), and it is never the
+    "fastest unmodified plain decoder" that headline ratios are taken against: that is ``llama-server``,
+    from llama.cpp's default build (:mod:`.llama_server`).
+    """
 
     kind = "peer"
+    unmodified = False
 
     def __init__(self, gguf_path: str, target: Backend, chat: bool, lookup: bool, n_ctx: int, n_threads: int):
         import llama_cpp
 
-        self.label = "llama-cpp-python" + (" lookup" if lookup else "")
+        self.label = "llama-cpp-python" + (" lookup" if lookup else "") + " (our build)"
         self.plain = not lookup
         kwargs = dict(model_path=gguf_path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
         if lookup:
@@ -88,6 +99,7 @@ class TransformersPeer(Method):
         self.hf = hf_backend
         self.mode = mode
         self.assistant = assistant
+        self.unmodified = True  # PyTorch's and transformers' own code
         self.label = {"plain": "transformers", "lookup": "transformers lookup"}.get(mode, f"transformers assisted ({mode})")
         self.plain = mode == "plain"
         self.turns = _TimedTurns(target, chat)

@@ -268,7 +268,7 @@ class BenchRunner:
     def _llama_server_peer(self, name: str, chat: bool):
         """A llama-server variant on the same GGUF files (built on first use; see :mod:`.llama_server`)."""
         from ..models import resolve
-        from .llama_server import VARIANTS, LlamaServerPeer, llama_server_binary
+        from .llama_server import DRAFT_VARIANTS, VARIANTS, LlamaServerPeer, llama_server_binary
 
         c = self.cfg
         if name not in VARIANTS:
@@ -277,7 +277,7 @@ class BenchRunner:
         if src.kind != "gguf":
             raise ConfigError(f"peer {name} needs a GGUF target")
         draft = None
-        if VARIANTS[name] is not None:
+        if name in DRAFT_VARIANTS:
             spec = c.peer_draft or peer_draft_default(c.drafters)
             if spec is None:
                 raise ConfigError(f"peer {name} needs a draft model: --peer-draft MODEL, or a --drafter model:NAME")

@@ -14,7 +14,9 @@ def cmd_bench(args) -> int:
 
     peers = list(args.peer or [])
     if args.peers == "auto" and not args.peer:
-        peers = ["llama-cpp-python", "llama-cpp-python-lookup"] if args.backend == "llama.cpp" else []
+        # llama.cpp's unmodified default build (built once on first use, about 6 minutes): the fastest
+        # plain decoder that headline ratios are taken against
+        peers = ["llama-server"] if args.backend == "llama.cpp" else []
         try:
             import torch  # noqa: F401
             import transformers  # noqa: F401

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure speedups against plain decoding and the peers on Spec-Bench")
     _add_model_options(b, drafter=False)
     b.add_argument("--drafter", action="append", help="a drafter spec to measure (repeatable; default ngram)")
-    b.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code (the project's 45 code prompts), dev (the project's development prompts), "
+    b.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code (the project's 45 code prompts), agentic (the project's 56 multi-turn sessions that repeat earlier text, replayed in order), dev (the project's development prompts), "
                    "a JSONL path, or several joined with + (spec-bench+code)")
     b.add_argument("--categories", nargs="+", default=None, help="Spec-Bench categories (default all six)")
     b.add_argument("--per-category", type=_per_category, default=10, help="questions per category, or 'all' (default 10)")
@@ -117,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--top-k", type=int, default=0)
     b.add_argument("--top-p", type=float, default=1.0)
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--peers", choices=("auto", "none"), default="auto", help="auto: every installed peer (default)")
-    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL, llama-server, llama-server-spec, llama-server-spec-defaults (llama.cpp's own server, built on first use)")
+    b.add_argument("--peers", choices=("auto", "none"), default="auto", help="auto (default): llama.cpp's unmodified llama-server (built once on first use) on the llama.cpp backend, and transformers where installed; none: no peers")
+    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL, llama-server, llama-server-spec, llama-server-spec-defaults, llama-server-ngram, llama-server-ngram-mod (llama.cpp's own server, built on first use)")
     b.add_argument("--peer-draft", default=None, metavar="MODEL", help="draft model of the llama-server-spec peers (default: the first --drafter model:NAME)")
     b.add_argument("--endpoint", default=None, help="an OpenAI-compatible server to time from the client (URL)")
     bchat = b.add_mutually_exclusive_group()
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ac = sub.add_parser("acceptance", help="acceptance (alpha, tau, per position) of drafters against the target's greedy output, with predicted speedups; no timing")
     _add_model_options(ac, drafter=False)
     ac.add_argument("--drafter", action="append", help="model:NAME or ngram (repeatable; default ngram)")
-    ac.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code, dev, combinations like spec-bench+code, or a JSONL path")
+    ac.add_argument("--dataset", default="spec-bench", help="spec-bench (default), code, agentic, dev, combinations like spec-bench+code, or a JSONL path")
     ac.add_argument("--categories", nargs="+", default=None)
     ac.add_argument("--per-category", type=_per_category_counts, default=(10, {}), help="questions per category, 'all', or e.g. 5,code=10 (default 10)")
     ac.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default 128)")
