@@ -32,14 +32,19 @@ from speculative.bench.report import geometric_mean_ci  # noqa: E402
 #: the machine each run was measured on (results.json records only "x86_64")
 INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
-MACHINE = {"qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
+MACHINE = {"qwen-gate-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
-#: plain decoders that are not ours: their code and kernels are llama.cpp's or PyTorch's, unmodified
-UNMODIFIED_PLAIN = ("llama-cpp-python", "llama-server", "transformers")
+#: plain decoders that are not ours: their code and kernels are llama.cpp's (its default build) or PyTorch's,
+#: unmodified. The in-process llama-cpp-python peer is not among them: it loads our patched library.
+UNMODIFIED_PLAIN = ("llama-server", "transformers")
+#: peers that loaded our patched library, under the names older runs gave them
+OUR_BUILD = ("llama-cpp-python",)
 TARGETS = {"smollm2-135m-instruct": "SmolLM2-135M", "gemma-3-270m": "Gemma-3-270M",
            "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B"}
 CATEGORIES = {"mt_bench": "MT-Bench", "translation": "Transl.", "summarization": "Summ.", "qa": "QA",
-              "math_reasoning": "Math", "rag": "RAG", "code": "Code"}
+              "math_reasoning": "Math", "rag": "RAG", "code": "Code", "agent": "Agent", "code_edit": "Code edit",
+              "extract": "Extract", "rewrite": "Rewrite"}
 
 
 class TableError(Exception):
@@ -72,18 +77,25 @@ def method(res: dict, name: str) -> dict:
     raise TableError(f"no method {name!r} in run {res['config']['target']} ({[m['method'] for m in res['methods']]})")
 
 
-def paired(run: str, name: str, ref: str) -> tuple[float, float, float]:
-    """End-to-end speedup of method ``name`` over method ``ref``, paired per question (mean, low, high)."""
+def paired(run: str, name: str, ref: str, decode: bool = False) -> tuple[float, float, float]:
+    """End-to-end (or, with ``decode``, prefill-excluded) speedup of method ``name`` over method ``ref``,
+    paired per question (mean, low, high)."""
     done = runs(run)
     qids = sorted({q for q, _ in done})
-    ratios = [done[q, ref]["wall_time_s"] / done[q, name]["wall_time_s"] for q in qids
-              if (q, ref) in done and (q, name) in done]
+
+    def t(r):
+        return max(r["wall_time_s"] - r["prefill_time_s"], 1e-9) if decode else r["wall_time_s"]
+
+    ratios = [t(done[q, ref]) / t(done[q, name]) for q in qids if (q, ref) in done and (q, name) in done]
     return geometric_mean_ci(ratios)
 
 
 def fastest_unmodified(run: str) -> str | None:
     """The unmodified plain decoder (a peer) with the highest end-to-end speedup over our plain decoding."""
-    res = results(run)
+    return fastest_unmodified_of(results(run))
+
+
+def fastest_unmodified_of(res: dict) -> str | None:
     peers = [m for m in res["methods"] if m.get("plain") and m["kind"] == "peer"
              and m["method"].startswith(UNMODIFIED_PLAIN)]
     return max(peers, key=lambda m: m["speedup"]["mean"])["method"] if peers else None
@@ -110,7 +122,9 @@ def label(name: str, res: dict) -> str:
     out = "our plain decoding" if name == "baseline" else name
     if name in UNMODIFIED_PLAIN:
         out += " (unmodified)"
-    if (res.get("fastest_plain") or {}).get("end_to_end") == name:
+    elif name.split(" ")[0] in OUR_BUILD and "(our build)" not in name:
+        out += " (our build)"
+    if name == fastest_unmodified_of(res):
         out += ", fastest"
     return out
 
@@ -120,8 +134,8 @@ def label(name: str, res: dict) -> str:
 
 def headline(rows: list[tuple[str, str, str]]) -> list[str]:
     """README: per (run, drafter, note), the end-to-end speedup over the fastest unmodified plain decoder."""
-    out = ["| target | drafter | speedup over the fastest unmodified plain decoder (95% CI) | that decoder | "
-           "questions | machine | run files |", "|---|---|---|---|---|---|---|"]
+    out = ["| target | prompts | drafter | speedup over the fastest unmodified plain decoder (95% CI) | that decoder | "
+           "questions | machine | run files |", "|---|---|---|---|---|---|---|---|"]
     for run, name, note in rows:
         res = results(run)
         ref = fastest_unmodified(run)
@@ -129,14 +143,16 @@ def headline(rows: list[tuple[str, str, str]]) -> list[str]:
             raise TableError(f"run {run} has no unmodified plain decoder to compare with")
         g, lo, hi = paired(run, name, ref)
         target = TARGETS.get(res["config"]["target"], res["config"]["target"])
-        out.append(f"| {target} | {name}{note} | {ratio(g, lo, hi, bold=lo > 1.0)} | {ref} | {res['questions']} | "
+        out.append(f"| {target} | {res['config']['dataset']} | {name}{note} | {ratio(g, lo, hi, bold=lo > 1.0)} | {ref} | "
+                   f"{res['questions']} | "
                    f"{MACHINE.get(run, INTEL)} | [docs/bench/{run}](docs/bench/{run}/results.md) |")
     return out
 
 
 def methods_table(run_list: list[str], categories: bool = False) -> list[str]:
-    """Every method of each run: against the run's fastest plain decoder and against our plain decoding."""
-    head = ["run", "method", "e2e vs fastest plain (95% CI)", "decode vs fastest plain (95% CI)",
+    """Every method of each run: against the run's fastest unmodified plain decoder (– where the run had
+    none) and against our plain decoding."""
+    head = ["run", "method", "e2e vs fastest unmodified plain (95% CI)", "decode vs fastest unmodified plain (95% CI)",
             "e2e vs our plain (95% CI)", "τ", "draft tokens verified (accepted)"]
     cats: list[str] = []
     if categories:
@@ -147,9 +163,13 @@ def methods_table(run_list: list[str], categories: bool = False) -> list[str]:
     for run in run_list:
         res = results(run)
         target = TARGETS.get(res["config"]["target"], res["config"]["target"])
+        ref = fastest_unmodified_of(res)
         for i, m in enumerate(res["methods"]):
-            v = m.get("vs_fastest_plain", {})
-            e2e, dec = v.get("speedup", {}), v.get("decode_speedup", {})
+            e2e = dec = {}
+            if ref is not None:
+                g, lo, hi = paired(run, m["method"], ref)
+                gd, lod, hid = paired(run, m["method"], ref, decode=True)
+                e2e, dec = {"mean": g, "ci95": [lo, hi]}, {"mean": gd, "ci95": [lod, hid]}
             ours = m["speedup"]
             drafted = m.get("stats", {}).get("draft_tokens", 0)
             ours_drafter = m["kind"] == "ours"
@@ -189,13 +209,20 @@ def acceptance_table(run: str) -> list[str]:
 
 TABLES = {
     "headline": lambda: headline([
-        ("gemma-v4", "ngram", ""),
-        ("smollm2-v4", "ngram", ""),
+        ("qwen-agentic-zen4", "suffix", " (suffix decoding, k = 16)"),
+        ("qwen-agentic-zen4", "ngram", " (k = 16)"),
+        ("qwen-agentic-zen4", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
+        ("qwen-gate-zen4", "ngram", ""),
+        ("qwen-gate-zen4", "suffix", ""),
+        ("qwen-gate-zen4", "baseline", " (our plain decoding)"),
+        ("qwen-gate-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
+        ("qwen-gate-zen4", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+        ("qwen-gate-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
         ("qwen-peers-v3", "ngram", ""),
-        ("qwen-avx2-tiles", "ngram", ""),
-        ("qwen-peers-v3", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
-        ("qwen-peers-v3", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+        ("qwen-gate-4", "ngram", ""),
     ]),
+    "qwen-gate-zen4": lambda: methods_table(["qwen-gate-zen4"], categories=True),
+    "qwen-agentic-zen4": lambda: methods_table(["qwen-agentic-zen4"], categories=True),
     "small-targets": lambda: methods_table(["smollm2-v4", "gemma-v4"]),
     "qwen-gate-intel": lambda: methods_table(["qwen-gate-3"], categories=True),
     "qwen-peers-intel": lambda: methods_table(["qwen-peers-v3"]),
