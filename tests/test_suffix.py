@@ -256,6 +256,22 @@ def test_earlier_requests_do_not_change_the_output(smol_tree, smol_plain):
         gen.drafter.close()
 
 
+def test_draft_policy_is_kept_per_tenant(smol_tree):
+    """Whether and how much the suffix drafter drafts for a tenant rests on that tenant's requests only."""
+    gen = SpeculativeGenerator(smol_tree, build_drafter("suffix", smol_tree))
+    try:
+        a, b = gen.policy_for("a"), gen.policy_for("b")
+        assert a is not b and a is not gen.policy and gen.policy_for("a") is a and gen.policy_for("") is gen.policy
+        ids = gen.encode_prompt("Say hello twice.")
+        gen.generate(ids, max_new_tokens=8, tenant="a")
+        for other in (b, gen.policy):  # nothing of a's request reached another tenant's policy
+            assert other.accepts == other.rejects == 0 and other.saving is None
+    finally:
+        gen.drafter.close()
+    plain = SpeculativeGenerator(smol_tree, build_drafter("ngram", smol_tree))
+    assert plain.policy_for("a") is plain.policy  # a drafter that forgets each request shares one policy
+
+
 # ---- sampling through the tree path ---------------------------------------------------------------------
 
 N_SAMPLES = 20000

@@ -10,6 +10,7 @@ request at a time; :mod:`speculative.server.scheduler` drives many.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 from .backends.base import Backend
@@ -38,7 +39,8 @@ class SpeculativeGenerator:
         cost_model: the target's verification cost; measured (once per machine, cached) when needed.
 
     Attributes:
-        policy: the drafter's :class:`~speculative.policy.DraftPolicy`, kept across this generator's requests.
+        policy: the drafter's :class:`~speculative.policy.DraftPolicy`, kept across this generator's requests
+            (for a drafter that learns across requests, one per tenant: :meth:`policy_for`).
 
     Example::
 
@@ -61,6 +63,22 @@ class SpeculativeGenerator:
         self.config = (config or GenerationConfig()).validate()
         self._cost_model = cost_model
         self.policy = DraftPolicy(self.drafter)
+        self._tenant_policies: OrderedDict[str, DraftPolicy] = OrderedDict()
+
+    #: most tenants whose draft policy is kept (the least recently used goes first)
+    MAX_TENANT_POLICIES = 10_000
+
+    def policy_for(self, tenant: str) -> DraftPolicy:
+        """The draft policy of a tenant's requests: :attr:`policy`, or for a drafter that learns across
+        requests (``learns_across_requests``: suffix decoding) one policy per tenant, so that whether and
+        how much it drafts for one tenant never depends on what it measured on another's requests."""
+        if not tenant or not getattr(self.drafter, "learns_across_requests", False):
+            return self.policy
+        pol = self._tenant_policies.pop(tenant, None) or DraftPolicy(self.drafter)
+        self._tenant_policies[tenant] = pol
+        while len(self._tenant_policies) > self.MAX_TENANT_POLICIES:
+            self._tenant_policies.popitem(last=False)
+        return pol
 
     @property
     def cost_model(self) -> CostModel:
@@ -183,7 +201,8 @@ class SpeculativeGenerator:
         Raises:
             ContextOverflowError: the prompt leaves no room for a new token.
         """
-        return DecodeRequest.open(self.target, self.drafter, self.policy, lambda: self.cost_model, prompt_ids, cfg,
+        return DecodeRequest.open(self.target, self.drafter, self.policy_for(cfg.tenant), lambda: self.cost_model,
+                                  prompt_ids, cfg,
                                   self.make_sampler(cfg, len(prompt_ids)), messages)
 
     def _chat_messages(self, prompt: Prompt, chat: bool | None) -> list[dict] | None:
