@@ -294,11 +294,11 @@ def test_measured_saving_caps_the_catchup(qwen_pair):
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=FrozenCost.from_dict(FLAT.to_dict()))
     p = gen.policy
     p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, 0.001, 40, 1
-    p.saving, p.measure_net, p.silent_s = -0.01, -0.01, 0.0  # measured: it lost 0.01 s
+    p.saving, p.measure_net, p.silent_s = -0.001, -0.001, 0.0  # measured: it lost 1 ms
     t0 = d.model.forward_time_s
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert res.stats.draft_tokens == 0 and d.model.forward_time_s == t0
-    # 1% of the request's decoding time (> 1 s) covers the 0.01 s lost: the next request measures it
+    # 1% of the request's decoding time (24 tokens, over 0.1 s) covers the 1 ms lost: the next request measures it
     # afresh (DraftPolicy.begin_request) and drafts again, output unchanged
     again = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert again.stats.draft_tokens > 0 and again.token_ids == res.token_ids
