@@ -139,12 +139,18 @@ def test_spec_parsing_and_errors():
     assert c.other.kind == "model" and c.other.options == {"threads": "1"} and str(c) == (
         "suffix,tree=2+model:smollm2-135m-instruct,threads=1")
     assert tree_leaves(c) == 4 and tree_leaves("suffix") == 0
+    assert parse_drafter_spec("suffix,cache=/tmp/a+b.npz").options == {"cache": "/tmp/a+b.npz"}  # a '+' in a path
+    assert parse_drafter_spec("suffix,cache=/tmp/a+b.npz+ngram").other.kind == "ngram"
+    with pytest.raises(ConfigError, match="names no drafter after"):
+        parse_drafter_spec("suffix+")
     for bad in ("ngram+suffix", "suffix+suffix", "suffix+none", "suffix,bogus=1", "suffix:name"):
         with pytest.raises(ConfigError):
             parse_drafter_spec(bad)
     for bad in ("suffix,global=maybe", "suffix,factor=x", "suffix,min_prob=1.5"):
         with pytest.raises(ConfigError):
             build_drafter(bad, _FakeTarget("m"))
+    with pytest.raises(ConfigError, match="factor=0 must be > 0"):
+        build_drafter("suffix,factor=0", _FakeTarget("m"))
 
 
 class _FakeTarget:

@@ -72,8 +72,11 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     """
     if spec is None or not str(spec).strip():
         raise ConfigError("empty --drafter spec; try 'ngram', 'none' or 'model:NAME'")
-    if "+" in str(spec):
-        first, _, rest = str(spec).partition("+")
+    cut = _combination_cut(str(spec))
+    if cut is not None:
+        first, rest = str(spec)[:cut], str(spec)[cut + 1:]
+        if not rest.strip():
+            raise ConfigError(f"'{spec}' names no drafter after '+': try 'suffix+ngram' or 'suffix+model:NAME'")
         left, right = parse_drafter_spec(first), parse_drafter_spec(rest)
         if left.kind != "suffix" or right.kind in ("suffix", "none"):
             raise ConfigError(f"'{spec}': only 'suffix[,...]+OTHER' combines drafters (OTHER: a draft model, "
@@ -103,6 +106,17 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
             raise ConfigError(f"unknown option '{key}' for drafter '{kind}' (accepted: {allowed})")
         options[key] = val.strip()
     return DrafterSpec(kind, name, options)
+
+
+def _combination_cut(spec: str) -> int | None:
+    """Where ``spec`` joins two drafters: the first '+' followed by a drafter TYPE word (or by nothing),
+    so that a '+' inside a path (``cache=/tmp/a+b.npz``) stays part of it; None for a single drafter."""
+    for i, ch in enumerate(spec):
+        if ch == "+":
+            head = spec[i + 1:].split(",", 1)[0].split(":", 1)[0].strip().lower()
+            if not head or head in DRAFTER_TYPES:
+                return i
+    return None
 
 
 def _int_option(spec: DrafterSpec, key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -315,7 +329,8 @@ register_drafter(
             "tree": "most branches per node: a token tree of the most frequent continuations (default 0: a chain)",
             "min_prob": "leave out continuations seen in fewer than this share of matches (default 0.1)",
             "global": "on (default): also match earlier requests of the same tenant; off: this request only",
-            "capacity": "tokens of earlier requests kept, all tenants together; oldest evicted (default 200000, about 100 MB)",
+            "capacity": "tokens of earlier requests kept, all tenants together; oldest evicted "
+            "(default 200000, about 100 MB)",
             "cache": "a file that keeps earlier requests across runs (default: memory only)",
         },
         False,

@@ -143,8 +143,13 @@ class SuffixDrafter(Drafter):
                  use_global: bool = True, capacity: int = 200_000, cache: str | os.PathLike | None = None,
                  max_depth: int = 32):
         super().__init__()
-        if max_pattern < 1 or factor <= 0 or tree < 0 or not 0.0 <= min_prob < 1.0 or capacity < 0 or max_depth < 1:
-            raise ConfigError("suffix needs max >= 1, factor > 0, tree >= 0, 0 <= min_prob < 1, capacity >= 0")
+        checks = ((max_pattern < 1, f"max={max_pattern} must be >= 1"), (factor <= 0, f"factor={factor:g} must be > 0"),
+                  (tree < 0, f"tree={tree} must be >= 0"),
+                  (not 0.0 <= min_prob < 1.0, f"min_prob={min_prob:g} must be in [0, 1)"),
+                  (capacity < 0, f"capacity={capacity} must be >= 0"), (max_depth < 1, "max_depth must be >= 1"))
+        for bad, what in checks:
+            if bad:
+                raise ConfigError(f"suffix drafter option {what}")
         self.max_pattern = int(max_pattern)
         self.factor = float(factor)
         self.tree = int(tree) if tree > 1 else 0
