@@ -146,7 +146,7 @@ class _Common(BaseModel):
     stream_options: StreamOptions | None = None
     presence_penalty: SFloat = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: SFloat = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: SFloat = Field(default=1.0, gt=0.0, le=10.0)
+    repetition_penalty: SFloat = Field(default=1.0, ge=0.01, le=10.0)  # below 0.01 logits overflow
     logit_bias: dict[str, SFloat] | None = None
     num_speculative_tokens: SInt | None = Field(default=None, ge=1, le=64, description="k for this request")
     speculative: SBool = Field(default=True, description="false decodes this request without drafting")
