@@ -275,7 +275,8 @@ class SuffixDrafter(Drafter):
         cal = state.scorer.calibration
         buckets = [_bucket(m.length, t.cond_prob[i], depths[i]) for i in range(len(t.tokens))]
         conf = [cal.estimate(b) for b in buckets]
-        spine = [i for i in t.spine() if i in set(keep)]
+        kept = set(keep)
+        spine = [i for i in t.spine() if i in kept]
         state.scorer.record(len(context), [t.tokens[i] for i in spine], [buckets[i] for i in spine])
         if not self.tree:
             return DraftProposal(tokens=[t.tokens[i] for i in spine], confidence=[conf[i] for i in spine])
