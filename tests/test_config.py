@@ -30,6 +30,8 @@ def test_generation_config_rejects(kwargs, fragment):
         ({"top_p": 1.5}, "top_p"),
         ({"top_k": -1}, "top_k"),
         ({"seed": -5}, "seed"),
+        ({"repetition_penalty": 1.6e-175}, "repetition_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
     ],
 )
 def test_sampling_params_rejects(kwargs, fragment):

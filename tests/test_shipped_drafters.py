@@ -28,7 +28,8 @@ def test_every_bundled_target_has_a_shipped_drafter_within_the_size_budget():
     targets = {_meta(n)["target"] for n in SHIPPED}
     assert {"smollm2-135m-instruct", "gemma-3-270m"} <= targets, SHIPPED
     total = sum(f.stat().st_size for f in ROOT.rglob("*") if f.is_file())
-    assert total <= 20 * 2**20, f"shipped drafters take {total / 2**20:.1f} MiB (budget 20 MiB)"
+    # budget: the small targets' drafters (~14 MiB) and one head for the Qwen target (int8, ~26 MiB)
+    assert total <= 48 * 2**20, f"shipped drafters take {total / 2**20:.1f} MiB (budget 48 MiB)"
     for n in SHIPPED:
         m = _meta(n)
         if m["method"] == "draft-model":  # at most 10% of the target's non-embedding parameters
@@ -37,7 +38,7 @@ def test_every_bundled_target_has_a_shipped_drafter_within_the_size_budget():
             assert 0 < len(m["vocab_ids"]) <= 16384 + 8  # reduced draft vocabulary (FR-Spec)
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", [n for n in SHIPPED if not _meta(n)["target"].startswith("qwen")])  # Qwen: test_qwen_head
 def test_shipped_drafter_greedy_identity_llama_cpp(name, prompts10):
     """Chain (k = 4 fixed, k = 8 adaptive) and, for heads, token trees: identical to plain greedy."""
     meta = _meta(name)
@@ -127,3 +128,56 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
         assert seen["hidden"] > 0 and seen["start"] == 1 and seen["propose"] > 0, seen
     finally:
         gen.close()
+
+
+def test_eagle_head_precision_follows_its_drafter_json_and_int8_runs():
+    """A head runs as its drafter.json recommends (``extra.inference_precision``; fp32 if absent), or as
+    asked. int8 (PyTorch's dynamically quantized Linear) is recommended only where measured harmless:
+    the Qwen head (teacher-forced top-1 0.42 against 0.45 in fp32 on development answers); on the
+    SmolLM2 head, whose hidden states have larger outliers, int8 and fp32 agree on only a third of the
+    top-1 predictions, so it stays fp32. Either way verification decides what is emitted."""
+    import numpy as np
+    import torch
+
+    from speculative.drafters.head_nets import HeadCache
+    from speculative.drafters.heads import EagleDrafter
+
+    qlinear = torch.ao.nn.quantized.dynamic.Linear
+    name = "smollm2-135m-instruct-eagle"
+    assert "inference_precision" not in _meta(name).get("extra", {})
+    d32, d8 = EagleDrafter(ROOT / name), EagleDrafter(ROOT / name, precision="int8")
+    assert not d32.int8 and not any(isinstance(m, qlinear) for m in d32.head.modules())
+    assert d8.int8 and any(isinstance(m, qlinear) for m in d8.head.modules())
+    if "qwen2.5-coder-1.5b-instruct-eagle" in SHIPPED:
+        assert _meta("qwen2.5-coder-1.5b-instruct-eagle")["extra"]["inference_precision"] == "int8"
+    # the int8 head runs (a random LM-head matrix stands in for the target's rows)
+    H = d8.cfg.hidden_size
+    lm = torch.nn.Linear(H, len(d8.vocab_ids), bias=False)
+    from speculative.drafters.heads import int8_linears
+
+    d8._lm_head = int8_linears(torch.nn.Sequential(lm))
+    with torch.inference_mode():
+        out = d8.head.step(torch.randn(5, H), torch.randn(5, H), HeadCache())
+        lg = d8._logits(out)
+        one = d8._logits(out[-1])
+    assert lg.shape == (5, len(d8.vocab_ids)) and one.shape == (len(d8.vocab_ids),)
+    # a single row is a batch of one (activations are quantized per call, so rows of a bigger batch may differ)
+    assert bool(torch.isfinite(lg).all()) and np.array_equal(one.numpy(), d8._logits(out[-1:])[0].numpy())
+    with pytest.raises(Exception, match="precision"):
+        EagleDrafter(ROOT / name, precision="fp16")
+
+
+@pytest.mark.quick
+def test_auto_drafter_is_the_targets_recommended_one_when_shipped(monkeypatch):
+    import dataclasses
+
+    from speculative.drafters import default_drafter
+    from speculative.models import REGISTRY
+
+    smol = REGISTRY["smollm2-135m-instruct"]
+    assert default_drafter("no-such-target.gguf") == "ngram"
+    monkeypatch.setitem(REGISTRY, "smollm2-135m-instruct",
+                        dataclasses.replace(smol, drafter="suffix+eagle:smollm2-135m-instruct-eagle,tree=2"))
+    assert default_drafter("smollm2-135m-instruct") == "suffix+eagle:smollm2-135m-instruct-eagle,tree=2"
+    monkeypatch.setitem(REGISTRY, "smollm2-135m-instruct", dataclasses.replace(smol, drafter="eagle:not-shipped"))
+    assert default_drafter("smollm2-135m-instruct") == "ngram"  # a recommended drafter that is not installed

@@ -162,3 +162,62 @@ def test_draft_vocabulary_ranks_outputs_then_candidates_then_prompts_then_low_id
     # outputs: 9 (x3), 7; candidates: 40 (x3), 41; prompts: 51 (x2), 50; then lowest ids 0, 1, ...
     assert draft_vocabulary([ex], 64, 8) == [9, 7, 40, 41, 51, 50, 0, 1]
     assert draft_vocabulary([ex], 64, 2, always=[63, 9]) == [9, 7, 63]
+
+
+def test_text_data_rows_are_the_targets_own_at_every_position(tmp_path):
+    """Standard-library pieces: feature row j and top-k row j are what one forward of the piece gives at
+    position j (the layout of an answer: prompt_len 1, feat_start 0), and a piece is trained on once."""
+    from speculative.training.data import TEXT_CHUNK, generate_data, load_training_examples
+
+    cfg = DataConfig(prompts_a=1, prompts_b=0, max_new_tokens=2, window=4, text_tokens=2 * TEXT_CHUNK + 5, topk=8)
+    d = generate_data(TARGET, tmp_path, cfg, progress=False)
+    text = [e for e in load_shards(d) if e["text"]]
+    assert len(text) == 2 and all(len(e["tokens"]) == TEXT_CHUNK for e in text)
+    assert text[0]["tokens"].tolist() != text[1]["tokens"].tolist()
+    assert len(load_training_examples([d, d])) == 3  # one answer + two distinct pieces, each once
+    be = LlamaCppBackend(resolve(TARGET).location, n_ctx=512)
+    try:
+        e = text[1]
+        out = be.forward([ForwardRequest(0, e["tokens"].tolist(), logits="all", hidden=True)])[0]
+        hidden, logits = np.array(out.hidden[:-1]), np.array(out.logits[:-1], np.float32)  # copies: views die with be
+    finally:
+        be.close()
+    assert e["prompt_len"] == 1 and e["feat_start"] == 0
+    assert len(e["feats"]) == len(e["topk_ids"]) == len(e["lse"]) == TEXT_CHUNK - 1
+    np.testing.assert_array_equal(e["feats"], hidden.astype(np.float16))
+    best = e["topk_ids"][np.arange(len(e["topk_ids"])), np.argmax(e["topk_vals"], axis=1)]
+    np.testing.assert_array_equal(best, np.argmax(logits, axis=1))
+    np.testing.assert_allclose(e["lse"], np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1),
+                               rtol=1e-5)
+
+
+def test_stdlib_pieces_are_deterministic_and_sized():
+    from speculative.training.data import stdlib_pieces
+
+    def enc(text):
+        return [ord(c) % 1000 for c in text]
+
+    a = list(stdlib_pieces(enc, 10 * 64 + 3, seed=1, chunk=64))
+    assert len(a) == 10 and all(len(t) == 64 for _, t in a)
+    assert a == list(stdlib_pieces(enc, 10 * 64 + 3, seed=1, chunk=64))
+    assert [t for _, t in a] != [t for _, t in stdlib_pieces(enc, 10 * 64, seed=2, chunk=64)]
+
+
+def test_token_subsets_are_nested_and_sized():
+    from speculative.training.train import token_subset
+
+    ex = [{"feats": np.zeros((n, 1))} for n in np.random.default_rng(0).integers(5, 50, size=200)]
+    small, big = token_subset(ex, 500, 3), token_subset(ex, 2000, 3)
+    assert 500 <= sum(len(e["feats"]) for e in small) < 550
+    assert 2000 <= sum(len(e["feats"]) for e in big) < 2050
+    assert [id(e) for e in big[: len(small)]] == [id(e) for e in small]
+    assert len(token_subset(ex, 10**9, 3)) == 200
+
+
+def test_training_precision_is_resolved_and_checked():
+    from speculative.training.train import training_dtype
+
+    assert training_dtype("fp32", "cpu") == "fp32" and training_dtype("bf16", "cpu") == "bf16"
+    assert training_dtype("auto", "cpu") in ("fp32", "bf16")
+    with pytest.raises(ValueError, match="precision"):
+        training_dtype("fp8", "cpu")

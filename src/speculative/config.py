@@ -44,7 +44,7 @@ class SamplingParams:
         presence_penalty: subtracted from the logit of every token already generated (OpenAI, [-2, 2]).
         frequency_penalty: subtracted once per earlier occurrence in the output (OpenAI, [-2, 2]).
         repetition_penalty: CTRL-style (Keskar et al. 2019) on prompt and output tokens: positive
-            logits divided by it, negative ones multiplied; 1.0 disables.
+            logits divided by it, negative ones multiplied; 1.0 disables; in [0.01, 10].
         logit_bias: token id -> bias added to its logit ([-100, 100], OpenAI).
     """
 
@@ -82,8 +82,9 @@ class SamplingParams:
             v = getattr(self, name)
             if not _is_number(v) or not (-2.0 <= v <= 2.0):
                 raise ConfigError(f"{name} must be in [-2, 2], got {v!r}")
-        if not _is_number(self.repetition_penalty) or not (0.0 < self.repetition_penalty <= 10.0):
-            raise ConfigError(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}")
+        if not _is_number(self.repetition_penalty) or not (0.01 <= self.repetition_penalty <= 10.0):
+            # below 0.01 a penalized logit overflows float32 (a 1.6e-175 penalty made every logit inf)
+            raise ConfigError(f"repetition_penalty must be in [0.01, 10], got {self.repetition_penalty!r}")
         if self.logit_bias:
             for tok, bias in self.logit_bias.items():
                 if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:

@@ -91,7 +91,7 @@ class SpeculativeGenerator:
     def from_pretrained(
         cls,
         target: str = "smollm2-135m-instruct",
-        drafter: str | None = "ngram",
+        drafter: str | None = "auto",
         backend: str = "llama.cpp",
         *,
         n_ctx: int | None = 4096,
@@ -104,13 +104,17 @@ class SpeculativeGenerator:
     ) -> SpeculativeGenerator:
         """Load target and drafter from specs (registered names, paths, HF ids; see ``--drafter``).
 
-        ``drafter=None`` (or "none") decodes plainly. Raises ConfigError / ModelNotFoundError
+        ``drafter=None`` (or "none") decodes plainly; "auto" (the default) is the target's
+        recommended drafter (:func:`speculative.drafters.default_drafter`: the trained head of the
+        Qwen2.5-Coder target, n-gram drafting elsewhere). Raises ConfigError / ModelNotFoundError
         for a bad spec or a missing model.
         """
         from .backends import load_backend
-        from .drafters import BuildContext, build_drafter, tree_leaves
+        from .drafters import BuildContext, build_drafter, default_drafter, tree_leaves
 
         drafter = "none" if drafter is None else drafter
+        if drafter == "auto":
+            drafter = default_drafter(target)
 
         t = load_backend(
             target, backend, n_ctx=n_ctx, n_threads=n_threads, max_sequences=max_sequences,

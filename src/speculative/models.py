@@ -204,6 +204,8 @@ class RegisteredModel:
         hf_id: the original on the Hugging Face hub, for reference.
         locate: returns the local GGUF path, assembling it if needed.
         parts: for a model split into part packages, how to assemble it (``packages`` in part order).
+        drafter: the drafter spec ``--drafter auto`` (the default) uses for this target, when the
+            drafters it names are shipped; None: n-gram drafting.
     """
 
     name: str
@@ -213,6 +215,7 @@ class RegisteredModel:
     hf_id: str | None
     locate: Callable[[RegisteredModel], Path] = field(repr=False, compare=False)
     parts: SplitFile | None = None
+    drafter: str | None = None
 
     def status(self) -> str:
         """Where the model's file is, without assembling it (for listings).

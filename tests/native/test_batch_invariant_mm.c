@@ -225,13 +225,20 @@ static void compute(struct ggml_context * ctx, struct ggml_tensor * out, int nth
     ggml_backend_free(be);
 }
 
+// W (k x m): random values (seeded) quantized to type; the caller frees it
+static char * random_weight(enum ggml_type type, int64_t k, int64_t m, int seed) {
+    float * wf = malloc(sizeof(float) * k * m);
+    fill(wf, k * m, seed);
+    char * wq = malloc(ggml_row_size(type, k) * m);
+    ggml_quantize_chunk(type, wf, wq, 0, m, k, NULL);
+    free(wf);
+    return wq;
+}
+
 // W (k x m, in CPU_BIMM or not) times n tokens: columns against one token at a time and the reference
 static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool bimm) {
     const size_t rb = ggml_row_size(type, k);
-    float * wf = malloc(sizeof(float) * k * m);
-    fill(wf, k * m, 1);
-    char * wq = malloc(rb * m);
-    ggml_quantize_chunk(type, wf, wq, 0, m, k, NULL);
+    char * wq = random_weight(type, k, m, 1);
     struct loaded L = load_weight(type, k, m, wq, bimm);
     float * xs = malloc(sizeof(float) * k * n);
     fill(xs, k * n, 2);
@@ -271,7 +278,6 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
     failures += col_bad + ref_bad;
     ggml_backend_buffer_free(L.buf);
     ggml_free(L.ctx);
-    free(wf);
     free(wq);
     free(xs);
     free(all);
@@ -281,10 +287,7 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
 // embedding lookups in CPU_BIMM against ggml's dequantization of the original rows
 static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     const size_t rb = ggml_row_size(type, k);
-    float * wf = malloc(sizeof(float) * k * m);
-    fill(wf, k * m, 0);
-    char * wq = malloc(rb * m);
-    ggml_quantize_chunk(type, wf, wq, 0, m, k, NULL);
+    char * wq = random_weight(type, k, m, 0);
     struct loaded L = load_weight(type, k, m, wq, true);
     struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
     struct ggml_context * ctx = ggml_init(ip);
@@ -304,7 +307,6 @@ static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     ggml_free(ctx);
     ggml_backend_buffer_free(L.buf);
     ggml_free(L.ctx);
-    free(wf);
     free(wq);
     free(ref);
 }

@@ -19,7 +19,8 @@ def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> N
             default=None,
             help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N,tree=W], model:NAME, "
             "eagle:NAME[,tree=B], eagle3:FOLDER (transformers backend), medusa:NAME[,tree=B] "
-            "(default: ngram; `speculative drafters` lists them)",
+            "(default: auto, the target's recommended drafter: the trained head for Qwen2.5-Coder-1.5B, "
+            "ngram elsewhere; `speculative drafters` lists them)",
         )
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS, help=f"default {DEFAULT_BACKEND}")
     p.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens per sequence (0: the model's maximum; default 4096)")
@@ -65,7 +66,9 @@ def _load_generator(args, max_sequences: int = 1):
     ).validate()  # before loading anything: bad settings fail fast
     if args.threads is not None and args.threads < 1:
         raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
-    drafter = args.drafter if args.drafter is not None else "ngram"
+    from ..drafters import default_drafter
+
+    drafter = default_drafter(args.target) if args.drafter in (None, "auto") else args.drafter
     from ..drafters import parse_drafter_spec
 
     parse_drafter_spec(drafter)

@@ -21,6 +21,13 @@ def cmd_drafters(args) -> int:
     if shipped:
         print("\nshipped drafters (trained by this project):")
         print("\n".join(shipped))
+    from ..drafters import default_drafter
+    from ..models import REGISTRY
+
+    print("\nauto (the default of --drafter): the target's recommended drafter; the adaptive policy decides "
+          "per request whether it pays")
+    for name in sorted(REGISTRY):
+        print(f"  {name}: {default_drafter(name)}")
     return 0
 
 
@@ -62,10 +69,14 @@ def cmd_train_drafter(args) -> int:
     from ..training.train import TrainConfig, train_draft_model_pipeline, train_drafter
 
     for name in ("prompts", "max_new_tokens", "epochs", "draft_vocab", "layers", "batch_size", "eval_prompts",
-                 "parallel"):
+                 "parallel", "train_tokens"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise SpeculativeError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    if args.text_tokens < 0:
+        raise SpeculativeError(f"--text-tokens must be >= 0, got {args.text_tokens}")
+    if args.text_tokens and args.data_backend == "transformers":
+        raise SpeculativeError("--text-tokens: the standard-library text is prefilled with --data-backend llama.cpp only")
     if args.lr is not None and not 0 < args.lr < 1:
         raise SpeculativeError(f"--lr must be between 0 and 1, got {args.lr}")
     from ..models import resolve
@@ -98,9 +109,10 @@ def cmd_train_drafter(args) -> int:
         epochs=args.epochs, batch_size=args.batch_size, draft_vocab=args.draft_vocab, threads=args.threads,
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
-        device=args.device, data_backend=args.data_backend,
+        device=args.device, data_backend=args.data_backend, precision=args.precision, train_tokens=args.train_tokens,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
-                        seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel),
+                        seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel,
+                        text_tokens=args.text_tokens),
     )
     saved = out / "train_config.json"
     if saved.exists() and not args.fresh:
@@ -113,6 +125,9 @@ def cmd_train_drafter(args) -> int:
             new.update(n_layers=args.layers, intermediate=args.intermediate)
         new = json.loads(json.dumps(new))
         old.setdefault("data_backend", "llama.cpp")  # run folders from before it was recorded
+        old.setdefault("precision", "auto")
+        old.setdefault("train_tokens", None)
+        old.get("data", {}).setdefault("text_tokens", 0)
         for cfg_dict in (old, new):  # where it runs and how many prompts at once do not change the run
             cfg_dict.pop("device", None)
             cfg_dict.get("data", {}).pop("parallel", None)

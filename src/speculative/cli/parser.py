@@ -187,6 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data-backend", choices=("llama.cpp", "transformers"), default="llama.cpp",
                     help="backend that generates the training data: llama.cpp (default; exact numerics) or "
                     "transformers (batched generate on --device; the fast way on a GPU)")
+    tr.add_argument("--text-tokens", type=int, default=0,
+                    help="also train on this many tokens of the Python standard library's source, prefilled by the "
+                    "target in 256-token pieces (hidden states and top-k at every position; default 0)")
+    tr.add_argument("--train-tokens", type=int, default=None,
+                    help="train on a seeded subset of about this many tokens of the data (a learning-curve point; "
+                    "default: all)")
+    tr.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="training arithmetic: bf16 autocast where the hardware has it (auto, the default), or fp32")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

@@ -277,6 +277,25 @@ def trained_drafter_dir(name: str) -> Path:
     )
 
 
+#: the drafter spec of a target with no recommended drafter of its own
+FALLBACK_DRAFTER = "ngram"
+
+
+def default_drafter(target: str) -> str:
+    """The drafter that ``auto`` (the default of ``--drafter`` and ``from_pretrained``) means for
+    ``target``: the registered target's recommended drafter when every shipped drafter it names is
+    installed (the adaptive policy still decides, per request, whether drafting pays), else n-gram."""
+    from ..models import REGISTRY
+
+    entry = REGISTRY.get(target)
+    spec = entry.drafter if entry is not None else None
+    if not spec:
+        return FALLBACK_DRAFTER
+    shipped = set(shipped_drafters())
+    names = [part.split(":", 1)[1].split(",", 1)[0] for part in spec.split("+") if ":" in part]
+    return spec if all(n in shipped for n in names) else FALLBACK_DRAFTER
+
+
 def shipped_drafters() -> list[str]:
     from importlib import resources
 

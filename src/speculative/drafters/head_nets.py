@@ -320,9 +320,23 @@ def save_head(head: nn.Module, cfg: HeadConfig, folder: Path, int8: bool = True)
 def load_head(folder: Path, device="cpu") -> tuple[nn.Module, HeadConfig]:
     from safetensors.torch import load_file
 
-    cfg = HeadConfig.from_json((folder / CONFIG_FILE).read_text())
-    state = dequantize_rows(load_file(str(folder / HEAD_FILE)))
+    from ..errors import ConfigError
+
+    try:
+        cfg = HeadConfig.from_json((folder / CONFIG_FILE).read_text())
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{folder / CONFIG_FILE}: not a drafter description ({e})") from None
+    try:
+        state = dequantize_rows(load_file(str(folder / HEAD_FILE)))
+    except FileNotFoundError:
+        raise ConfigError(f"{folder / HEAD_FILE}: missing (the head's weights)") from None
+    except Exception:  # safetensors raises its own error types for damaged files
+        raise ConfigError(f"{folder / HEAD_FILE}: corrupt or truncated (not a readable safetensors file)") from None
     head = build_head(cfg)
-    head.load_state_dict(state)
+    try:
+        head.load_state_dict(state)
+    except RuntimeError:
+        raise ConfigError(f"{folder / HEAD_FILE}: its weights do not fit the head {folder / CONFIG_FILE} "
+                          "describes (another configuration or target)") from None
     head.eval().to(device)
     return head, cfg

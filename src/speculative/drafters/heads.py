@@ -108,11 +108,30 @@ class HeadState(DraftState):
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
 
 
+def int8_linears(module):
+    """``module`` with every ``nn.Linear`` replaced by PyTorch's dynamically quantized int8 Linear
+    (weights int8 with one scale per output row, activations quantized per call; fbgemm/x86 kernels): a quarter of the
+    bytes read per draft token, which is what a head's CPU cost is. Returns ``module`` unchanged where
+    the PyTorch build has no quantized engine. The head's outputs change by the quantization error only,
+    which moves what it proposes, never what verification accepts."""
+    import warnings
+
+    import torch
+    from torch import nn
+
+    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+        return module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager-mode quantization is deprecated in favour of torchao, still supported
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig  # one scale per output row
+        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear: qconfig}, dtype=torch.qint8)
+
+
 class _HeadDrafter(Drafter):
     needs_hidden = True
     runs_network = True
 
-    def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu"):
+    def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu", precision: str | None = "fp32"):
         super().__init__()
         import torch
 
@@ -122,6 +141,14 @@ class _HeadDrafter(Drafter):
         if not (self.folder / "drafter.json").is_file():
             raise ConfigError(f"{folder} is not a trained drafter folder (no drafter.json)")
         self.head, self.cfg = load_head(self.folder, device)
+        if precision is None:  # the head's own recommendation (drafter.json "extra"), fp32 if none
+            precision = str(self.cfg.extra.get("inference_precision", "fp32"))
+        if precision not in ("int8", "fp32"):
+            raise ConfigError(f"precision must be int8 or fp32, got {precision!r}")
+        self.int8 = precision == "int8" and str(device) == "cpu"
+        if self.int8:
+            self.head = int8_linears(self.head)
+        self._lm_head = None  # int8: the draft vocabulary's LM-head rows as a quantized Linear
         self.device = device
         self.tree = int(tree)
         self.vocab_ids = np.asarray(self.cfg.vocab_ids, dtype=np.int64)
@@ -140,6 +167,12 @@ class _HeadDrafter(Drafter):
                 f"target {target.model_id} has {target.hidden_size}"
             )
         self.weights = target_weights_for(target, self.vocab_ids, self.device)
+        if self.int8:
+            from torch import nn
+
+            lin = nn.Linear(self.weights.lm_head.shape[1], self.weights.lm_head.shape[0], bias=False)
+            lin.weight.data = self.weights.lm_head
+            self._lm_head = int8_linears(nn.Sequential(lin))
         super().bind(target)
 
     def observe_hidden(self, state: HeadState, start: int, hidden) -> None:
@@ -174,8 +207,8 @@ class EagleDrafter(_HeadDrafter):
 
     kind = "eagle"
 
-    def __init__(self, folder, tree: int = 0, device: str = "cpu"):
-        super().__init__(folder, tree, device)
+    def __init__(self, folder, tree: int = 0, device: str = "cpu", precision: str | None = None):
+        super().__init__(folder, tree, device, precision)
         if self.cfg.method != self.kind:
             hint = " (use the eagle3: drafter)" if self.cfg.method == "eagle3" else ""
             raise ConfigError(f"{folder} holds a drafter of kind '{self.cfg.method}', not {self.kind}{hint}")
@@ -187,6 +220,8 @@ class EagleDrafter(_HeadDrafter):
 
     def _logits(self, out):
         """Draft-vocabulary logits of head outputs [..., H] (the target's own LM-head rows)."""
+        if self._lm_head is not None:
+            return self._lm_head(out) if out.dim() > 1 else self._lm_head(out[None])[0]
         return out @ self.weights.lm_head.T
 
     def start(self, prompt, messages=None, tenant="") -> HeadState:

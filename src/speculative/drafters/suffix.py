@@ -108,7 +108,7 @@ class SuffixCache:
 
     def sequences(self) -> list[tuple[str, list[int]]]:
         """Every kept sequence with its tenant, oldest first."""
-        return [(t, list(self.indices[t]._seqs[s])) for (t, s) in self._order]
+        return [(t, list(self.indices[t].sequence(s))) for (t, s) in self._order]
 
 
 @dataclass
@@ -237,7 +237,7 @@ class SuffixDrafter(Drafter):
         return st
 
     def _sync(self, st: SuffixState, context: Sequence[int]) -> None:
-        seq = st.local._seqs[st.sid]
+        seq = st.local.sequence(st.sid)
         n = st.synced
         if len(context) < n or list(context[:n]) != list(seq[:n]):
             st.local.truncate(st.sid, 0)  # the context was rewritten: start over
@@ -289,7 +289,7 @@ class SuffixDrafter(Drafter):
         if self.use_global:
             if context is not None:
                 self._sync(state, context)
-            self.cache.add(state.tenant, list(state.local._seqs[state.sid]))
+            self.cache.add(state.tenant, list(state.local.sequence(state.sid)))
             self._unsaved += 1
             if self._unsaved >= 8:
                 self.save()

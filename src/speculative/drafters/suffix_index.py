@@ -135,6 +135,10 @@ class SequenceIndex:
                 break
             self.remove(oldest)
 
+    def sequence(self, sid: int) -> array:
+        """The tokens of sequence ``sid`` (a live view: do not modify; KeyError if evicted)."""
+        return self._seqs[sid]
+
     def sequences(self) -> list[list[int]]:
         """Every stored sequence, oldest first."""
         return [list(s) for s in self._seqs.values()]

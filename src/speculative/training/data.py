@@ -7,6 +7,13 @@ the top-k logits at every output position (for distilling draft models).
 
 Examples are written in shards of 50 (``data/a-0000.npz`` ...), each written
 atomically, so an interrupted run resumes at the first missing shard.
+
+Optionally (``text_tokens``), text the target reads rather than writes: the Python
+standard library's source, which every machine has, cut into ``TEXT_CHUNK``-token
+pieces that the target prefills in one pass each (far more tokens per second than
+decoding); its hidden state and top-k logits at every position are kept, as for
+an answer (EAGLE's own training data is fixed text too: Li et al. 2024, section 5).
+Those examples live in ``data/t-0000.npz`` ... shards of ``TEXT_SHARD`` pieces.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from ..backends.base import ForwardRequest
 from .prompts import clean_request, self_instruct_meta_prompt, self_instruct_pool, stage_a_prompts, stage_b_prompts
 
 SHARD = 50
+TEXT_CHUNK = 256  # tokens per prefilled piece of standard-library source
+TEXT_SHARD = 40  # pieces per text shard (about 10,000 tokens)
 
 
 @dataclass
@@ -41,6 +50,8 @@ class DataConfig:
             :mod:`speculative.training.prompts`.
         parallel: prompts decoded at once (one sequence each, batched forwards); the
             data does not depend on it.
+        text_tokens: tokens of the Python standard library's source to prefill as well
+            (0: none); see :func:`stdlib_pieces`.
     """
 
     prompts_a: int = 600
@@ -51,6 +62,7 @@ class DataConfig:
     seed: int = 0
     prompt_set: int = 2
     parallel: int = 16
+    text_tokens: int = 0
 
 
 def _decode_lockstep(backend, first, pick, go_on, hidden: bool = False) -> list[list[int]]:
@@ -122,6 +134,77 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
             "lse": np.asarray([r[2] for r in rows[i]], dtype=np.float32),
         })
     return examples
+
+
+def stdlib_sources(seed: int) -> list[Path]:
+    """The ``.py`` files of this Python's standard library (not site-packages), in a seeded order."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
+    random.Random(seed).shuffle(files)
+    return files
+
+
+def stdlib_pieces(encode, n_tokens: int, seed: int, chunk: int = TEXT_CHUNK):
+    """Yield ``(label, token ids)`` pieces of ``chunk`` tokens of standard-library source, ``n_tokens``
+    in all (fewer if the library is smaller), in a deterministic order for a given seed and Python."""
+    made = 0
+    for path in stdlib_sources(seed):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        ids = encode(text)
+        for i in range(0, len(ids) - chunk + 1, chunk):
+            if made + chunk > n_tokens:
+                return
+            yield f"stdlib:{path.name}#{i // chunk}", ids[i : i + chunk]
+            made += chunk
+
+
+def _run_text(backend, pieces: list[list[int]], topk: int) -> list[dict]:
+    """Prefill each piece in sequence 0 and keep every position's hidden state and top-k logits.
+
+    An example holds the piece as ``tokens`` with ``prompt_len`` 1 and ``feat_start`` 0: feature
+    rows are positions 0..n-2 and output rows predict tokens 1..n-1, the layout of an answer.
+    """
+    out = []
+    k = min(topk, backend.vocab_size)
+    for toks in pieces:
+        backend.truncate(0, 0)
+        res = backend.forward([ForwardRequest(0, toks, logits="all", hidden=True)])[0]
+        lg = np.asarray(res.logits[:-1], dtype=np.float32)
+        idx = np.argpartition(-lg, k - 1, axis=1)[:, :k]
+        vals = np.take_along_axis(lg, idx, axis=1)
+        m = lg.max(axis=1, keepdims=True)
+        lse = (m[:, 0] + np.log(np.exp(lg - m).sum(axis=1))).astype(np.float32)
+        out.append({
+            "tokens": np.asarray(toks, dtype=np.int32), "prompt_len": 1, "feat_start": 0,
+            "feats": np.asarray(res.hidden[:-1], dtype=np.float16),
+            "topk_ids": idx.astype(np.int32), "topk_vals": vals.astype(np.float16), "lse": lse,
+        })
+    backend.truncate(0, 0)
+    return out
+
+
+def _text_stage(backend, data_dir: Path, cfg: DataConfig, progress: bool) -> None:
+    """Prefill ``cfg.text_tokens`` tokens of standard-library source into ``t-NNNN.npz`` shards (resumable)."""
+    from tqdm import tqdm
+
+    pieces = list(stdlib_pieces(backend.encode, cfg.text_tokens, cfg.seed))
+    n_shards = (len(pieces) + TEXT_SHARD - 1) // TEXT_SHARD
+    todo = [i for i in range(n_shards) if not (data_dir / f"t-{i:04d}.npz").exists()]
+    bar = tqdm(total=len(pieces) * TEXT_CHUNK, initial=min(len(pieces), (n_shards - len(todo)) * TEXT_SHARD) * TEXT_CHUNK,
+               desc="data text", unit="tok", unit_scale=True, disable=not progress)
+    for i in todo:
+        chunk = pieces[i * TEXT_SHARD : (i + 1) * TEXT_SHARD]
+        examples = []
+        for label, toks in chunk:
+            examples += _run_text(backend, [toks], cfg.topk)
+            bar.update(len(toks))
+        _save_shard(data_dir / f"t-{i:04d}.npz", examples, [label for label, _ in chunk])
+    bar.close()
 
 
 def _left_padded(backend, seqs: list[list[int]]):
@@ -300,6 +383,7 @@ def load_shards(data_dir: Path) -> list[dict]:
             f0, f1 = offs["feats"][i], offs["feats"][i + 1]
             o0, o1 = offs["out"][i], offs["out"][i + 1]
             out.append({
+                "text": p.name.startswith("t-"),
                 "tokens": z["tokens"][t0:t1],
                 "prompt_len": int(z["prompt_len"][i]),
                 "feat_start": int(z["feat_start"][i]),
@@ -318,7 +402,7 @@ def load_training_examples(data_dirs: Sequence[Path]) -> list[dict]:
     out, seen = [], set()
     for d in data_dirs:
         for e in load_shards(Path(d)):
-            key = e["tokens"][: e["prompt_len"]].tobytes()
+            key = (e["tokens"] if e["text"] else e["tokens"][: e["prompt_len"]]).tobytes()
             if key not in seen:
                 seen.add(key)
                 out.append(e)
@@ -358,7 +442,7 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
                 prompts = stage_b_prompts(passages, cfg.seed)[: cfg.prompts_b]
             n_shards = (len(prompts) + SHARD - 1) // SHARD
             todo = [i for i in range(n_shards) if not (data_dir / f"{stage}-{i:04d}.npz").exists()]
-            bar = tqdm(total=len(prompts), initial=(n_shards - len(todo)) * SHARD, desc=f"data {stage}",
+            bar = tqdm(total=len(prompts), initial=min(len(prompts), (n_shards - len(todo)) * SHARD), desc=f"data {stage}",
                        unit="prompt", disable=not progress)
             for i in todo:
                 chunk = prompts[i * SHARD : (i + 1) * SHARD]
@@ -370,6 +454,10 @@ def generate_data(target: str, out_dir: Path, cfg: DataConfig, progress: bool = 
                     bar.update(len(group))
                 _save_shard(data_dir / f"{stage}-{i:04d}.npz", examples, texts)
             bar.close()
+        if cfg.text_tokens > 0:
+            if backend.name == "transformers":
+                raise NotImplementedError("text data (text_tokens) is generated with the llama.cpp backend only")
+            _text_stage(backend, data_dir, cfg, progress)
     finally:
         backend.close()
     return data_dir

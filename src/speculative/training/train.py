@@ -51,7 +51,45 @@ class TrainConfig:
     weight_decay: float = 0.05
     device: str | None = None  # torch device of training (None: cpu)
     data_backend: str = "llama.cpp"  # backend that generates the data ("llama.cpp" or "transformers")
+    train_tokens: int | None = None  # train on a seeded subset of about this many tokens (a learning-curve point)
+    precision: str = "auto"  # "fp32", "bf16" (autocast) or "auto": bf16 where the hardware has it (AVX512-BF16, AMX, CUDA)
     data: DataConfig = field(default_factory=DataConfig)
+
+
+def training_dtype(precision: str, device) -> str:
+    """The compute precision of training: ``precision`` unless "auto", which picks bf16 autocast where
+    the hardware multiplies bf16 natively (x86 AVX512-BF16 or AMX, or a CUDA device with bf16), else fp32.
+
+    Raises:
+        ValueError: an unknown precision.
+    """
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
+    if precision != "auto":
+        return precision
+    import torch
+
+    if str(device).startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "fp32"
+    return "bf16" if (" avx512_bf16" in flags or " amx_bf16" in flags) else "fp32"
+
+
+def token_subset(examples: list[dict], n_tokens: int, seed: int) -> list[dict]:
+    """A seeded random subset of ``examples`` holding at least ``n_tokens`` feature positions (all of
+    them if there are fewer); a smaller budget's subset is a prefix of a larger one's, so the points
+    of a learning curve are nested."""
+    order = np.random.default_rng(seed + 7919).permutation(len(examples))
+    out, total = [], 0
+    for i in order:
+        if total >= n_tokens:
+            break
+        out.append(examples[i])
+        total += len(examples[i]["feats"])
+    return out
 
 
 def _batches(examples, batch_size, rng):
@@ -157,6 +195,9 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     examples = load_training_examples([data_dir] + [Path(extra) / "data" for extra in cfg.extra_data])
     if not examples:
         raise RuntimeError("no training data was generated")
+    if cfg.train_tokens:
+        examples = token_subset(examples, cfg.train_tokens, cfg.seed)
+    n_tokens = sum(len(e["feats"]) for e in examples)
 
     backend = load_backend(target, "llama.cpp", n_ctx=512, check_numerics=False)
     try:
@@ -189,16 +230,23 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     sched = cosine_schedule(opt, total, warmup_steps=50)
     checkpoint = EpochCheckpoint(out_dir, head, opt, sched)
 
+    dtype = training_dtype(cfg.precision, device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
     def loss_of(batch, train_mode: bool):
+        with autocast:
+            return _loss_of(batch, train_mode)
+
+    def _loss_of(batch, train_mode: bool):
         if cfg.method == "eagle":
             feats, nxt, tfeat, reg_mask, labels, soft_ids, soft_p = (
                 x.to(device) for x in _eagle_tensors(batch, vocab_index, torch))
             emb = weights.embed_tokens(nxt)
             x = feats + (torch.randn_like(feats) * cfg.noise * feat_scale if train_mode else 0)
             pred = head(x, emb)
-            lg = pred @ weights.lm_head.T
+            lg = (pred @ weights.lm_head.T).float()
             ce = _soft_ce(lg, soft_ids, soft_p, labels, torch)
-            reg = torch.nn.functional.smooth_l1_loss(pred[reg_mask] / feat_scale, tfeat[reg_mask] / feat_scale)
+            reg = torch.nn.functional.smooth_l1_loss(pred[reg_mask].float() / feat_scale, tfeat[reg_mask] / feat_scale)
             loss = ce + cfg.reg_weight * reg
             acc = ((lg.argmax(-1) == labels) & (labels >= 0)).sum().item() / max(1, (labels >= 0).sum().item())
             if cfg.unroll:
@@ -208,14 +256,14 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
                 for w in (0.5, 0.25):
                     xs = torch.cat([feats[:, :1], prev[:, :-1]], dim=1)
                     prev = head(xs, emb)
-                    loss = loss + w * _soft_ce(prev @ weights.lm_head.T, soft_ids, soft_p, labels, torch)
+                    loss = loss + w * _soft_ce((prev @ weights.lm_head.T).float(), soft_ids, soft_p, labels, torch)
             return loss, acc
         rows, labels = _medusa_tensors(batch, vocab_index, cfg.medusa_heads, torch)
         if len(rows) == 0:
             return None, 0.0
         rows, labels = rows.to(device), labels.to(device)
         hs = head(rows)  # [K, N, H]
-        lg = hs @ weights.lm_head.T
+        lg = (hs @ weights.lm_head.T).float()
         loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), labels.T.reshape(-1), ignore_index=-100)
         acc = ((lg[0].argmax(-1) == labels[:, 0]) & (labels[:, 0] >= 0)).sum().item() / max(1, (labels[:, 0] >= 0).sum().item())
         return loss, acc
@@ -242,8 +290,10 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         "head_parameters": params,
         "draft_vocab": len(vocab_ids),
         "examples": len(examples),
+        "tokens": n_tokens,
         "data_seconds": t_data,
         "train_seconds": t_train,
+        "precision": dtype,
         "history": history,
     }
     metrics["heldout"] = evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts)
@@ -305,6 +355,7 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
             "mean_accepted_tokens_per_draft_step": (total.accepted_tokens + draft_steps) / max(1, draft_steps),
             "acceptance_rate": total.acceptance_rate,
             "per_position_acceptance": total.per_position_acceptance,
+            "draft_ms_per_token": 1e3 * total.draft_time_s / max(1, total.draft_tokens),
         }
     finally:
         gen.close()
