@@ -105,8 +105,8 @@ class SpeculativeGenerator:
         """Load target and drafter from specs (registered names, paths, HF ids; see ``--drafter``).
 
         ``drafter=None`` (or "none") decodes plainly; "auto" (the default) is the target's
-        recommended drafter (:func:`speculative.drafters.default_drafter`: the trained head of the
-        Qwen2.5-Coder target, n-gram drafting elsewhere). Raises ConfigError / ModelNotFoundError
+        recommended drafter (:func:`speculative.drafters.default_drafter`; n-gram drafting for every
+        bundled target today, since no trained drafter pays on them yet). Raises ConfigError / ModelNotFoundError
         for a bad spec or a missing model.
         """
         from .backends import load_backend

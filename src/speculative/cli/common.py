@@ -19,8 +19,8 @@ def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> N
             default=None,
             help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N,tree=W], model:NAME, "
             "eagle:NAME[,tree=B], eagle3:FOLDER (transformers backend), medusa:NAME[,tree=B] "
-            "(default: auto, the target's recommended drafter: the trained head for Qwen2.5-Coder-1.5B, "
-            "ngram elsewhere; `speculative drafters` lists them)",
+            "(default: auto, the target's recommended drafter, ngram where it has none; "
+            "`speculative drafters` lists them)",
         )
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS, help=f"default {DEFAULT_BACKEND}")
     p.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens per sequence (0: the model's maximum; default 4096)")
