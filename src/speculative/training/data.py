@@ -163,29 +163,27 @@ def stdlib_pieces(encode, n_tokens: int, seed: int, chunk: int = TEXT_CHUNK):
             made += chunk
 
 
-def _run_text(backend, pieces: list[list[int]], topk: int) -> list[dict]:
-    """Prefill each piece in sequence 0 and keep every position's hidden state and top-k logits.
+def _run_text(backend, toks: list[int], topk: int) -> dict:
+    """Prefill one piece in sequence 0 and keep every position's hidden state and top-k logits.
 
-    An example holds the piece as ``tokens`` with ``prompt_len`` 1 and ``feat_start`` 0: feature
+    The example holds the piece as ``tokens`` with ``prompt_len`` 1 and ``feat_start`` 0: feature
     rows are positions 0..n-2 and output rows predict tokens 1..n-1, the layout of an answer.
     """
-    out = []
     k = min(topk, backend.vocab_size)
-    for toks in pieces:
-        backend.truncate(0, 0)
-        res = backend.forward([ForwardRequest(0, toks, logits="all", hidden=True)])[0]
-        lg = np.asarray(res.logits[:-1], dtype=np.float32)
-        idx = np.argpartition(-lg, k - 1, axis=1)[:, :k]
-        vals = np.take_along_axis(lg, idx, axis=1)
-        m = lg.max(axis=1, keepdims=True)
-        lse = (m[:, 0] + np.log(np.exp(lg - m).sum(axis=1))).astype(np.float32)
-        out.append({
-            "tokens": np.asarray(toks, dtype=np.int32), "prompt_len": 1, "feat_start": 0,
-            "feats": np.asarray(res.hidden[:-1], dtype=np.float16),
-            "topk_ids": idx.astype(np.int32), "topk_vals": vals.astype(np.float16), "lse": lse,
-        })
     backend.truncate(0, 0)
-    return out
+    res = backend.forward([ForwardRequest(0, toks, logits="all", hidden=True)])[0]
+    lg = np.asarray(res.logits[:-1], dtype=np.float32)
+    idx = np.argpartition(-lg, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(lg, idx, axis=1)
+    m = lg.max(axis=1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(lg - m).sum(axis=1))).astype(np.float32)
+    example = {
+        "tokens": np.asarray(toks, dtype=np.int32), "prompt_len": 1, "feat_start": 0,
+        "feats": np.asarray(res.hidden[:-1], dtype=np.float16),  # a copy (float16), before the next forward
+        "topk_ids": idx.astype(np.int32), "topk_vals": vals.astype(np.float16), "lse": lse,
+    }
+    backend.truncate(0, 0)
+    return example
 
 
 def _text_stage(backend, data_dir: Path, cfg: DataConfig, progress: bool) -> None:
@@ -201,7 +199,7 @@ def _text_stage(backend, data_dir: Path, cfg: DataConfig, progress: bool) -> Non
         chunk = pieces[i * TEXT_SHARD : (i + 1) * TEXT_SHARD]
         examples = []
         for label, toks in chunk:
-            examples += _run_text(backend, [toks], cfg.topk)
+            examples.append(_run_text(backend, toks, cfg.topk))
             bar.update(len(toks))
         _save_shard(data_dir / f"t-{i:04d}.npz", examples, [label for label, _ in chunk])
     bar.close()

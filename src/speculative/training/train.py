@@ -71,11 +71,10 @@ def training_dtype(precision: str, device) -> str:
 
     if str(device).startswith("cuda"):
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "fp32"
-    return "bf16" if (" avx512_bf16" in flags or " amx_bf16" in flags) else "fp32"
+    from ..kernels import cpu_info
+
+    flags = cpu_info().flags
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
 
 
 def token_subset(examples: list[dict], n_tokens: int, seed: int) -> list[dict]:
