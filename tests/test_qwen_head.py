@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import assert_greedy_identical, next_logits_fresh
+from test_sampling_real import _wrong as _forgetful  # samples p itself on rejection, not the residual
 from scipy import stats
 
 from speculative.backends.base import ForwardRequest
@@ -26,7 +27,7 @@ from speculative.config import SamplingParams
 from speculative.drafters.base import NoDrafter
 from speculative.engine import SpeculativeGenerator
 from speculative.sampling import Sampler, sample_from
-from speculative.verification import VerifyResult, rejection_sample
+from speculative.verification import rejection_sample
 
 pytestmark = pytest.mark.qwen
 
@@ -58,15 +59,6 @@ def test_head_is_greedy_identical_with_drafts_accepted_and_rejected(gen, prompts
 
 
 N_SAMPLES = 20000
-
-
-def _forgetful(target_probs, draft, draft_probs, rng):
-    """Broken: on rejection it samples p itself, not the residual norm(max(0, p - q))."""
-    x = draft[0]
-    p = target_probs(0)
-    if rng.random() * draft_probs[0][x] < p[x]:
-        return VerifyResult(1, 0)
-    return VerifyResult(0, sample_from(p, rng))
 
 
 @pytest.fixture(scope="module")
