@@ -245,3 +245,45 @@ def test_unsteady_measurements_are_repeated_and_not_cached(tmp_path, monkeypatch
     ok = cost_model.cached_verify_cost(_Timed(clock, lambda call, n: fast))
     assert ok.steady and ok.cache_path is not None and ok.cache_path.exists()
     assert cost_model.cached_verify_cost(_Timed(clock, lambda call, n: slow)).time(1) == ok.time(1)  # read back
+
+
+def test_a_burst_of_load_does_not_bend_the_table(tmp_path, monkeypatch):
+    """Sizes are timed in interleaved rounds: a burst of load that lasts a few forwards slows one round of
+    several sizes, and the median over rounds keeps the true shape (timed one size after another, the same
+    burst made T(2) and T(3) four times T(1), as a cached table once did)."""
+    from speculative import cost_model
+
+    clock = _Clock()
+    monkeypatch.setattr(cost_model, "time", clock)
+    # context, warm-up, then rounds of (1, 2, 3): calls 3-5, 6-8, 9-11; the burst covers calls 7-9
+    burst = _Timed(clock, lambda call, n: 0.010 * (1 + 0.05 * (n - 1)) * (4 if 7 <= call <= 9 else 1))
+    got = cost_model.measure_verify_cost(burst, sizes=(1, 2, 3), context_tokens=8, repeats=3)
+    assert got.seconds == pytest.approx([0.010, 0.0105, 0.011])
+    assert got.steady
+
+
+def test_a_cached_table_of_the_wrong_shape_is_measured_again(tmp_path, monkeypatch, capsys):
+    """A cached table whose T(5)/T(1) is more than 25% off the ratio measured now is measured again and
+    rewritten (the online refinement never corrects sizes the policy stopped verifying); one within the
+    tolerance is kept after the few forwards of the check."""
+    from speculative import cost_model
+    from speculative.cache import read_json, write_json_atomic
+
+    clock = _Clock()
+    monkeypatch.setattr(cost_model, "time", clock)
+    monkeypatch.setenv("SPECULATIVE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cost_model, "PROFILE_SIZES", (1, 2, 4, 8))
+    flat = _Timed(clock, lambda call, n: 0.010 * (1 + 0.02 * (n - 1)))  # T(5)/T(1) = 1.08
+    path = tmp_path / "cost" / "fake-steady-test.json"
+    write_json_atomic(path, {"sizes": [1, 2, 4, 8], "seconds": [0.010, 0.023, 0.045, 0.090]})  # 2.3x per token
+    got = cost_model.cached_verify_cost(flat)
+    assert got.time(2) / got.time(1) == pytest.approx(1.02)
+    assert read_json(path)["seconds"] == pytest.approx(got.seconds)  # rewritten
+    assert "out of date" in capsys.readouterr().err
+    # now the cached table fits: only the check's forwards run (context, warm-up, 3 pairs)
+    again = _Timed(clock, lambda call, n: 0.011 * (1 + 0.02 * (n - 1)))
+    kept = cost_model.cached_verify_cost(again)
+    assert again.calls == 8 and kept.seconds == pytest.approx(got.seconds)
+    # within 25%: kept too (T(5)/T(1) 1.25 now against 1.08 cached)
+    near = _Timed(clock, lambda call, n: 0.010 * (1 + 0.0625 * (n - 1)))
+    assert cost_model.cached_verify_cost(near).seconds == pytest.approx(got.seconds) and near.calls == 8

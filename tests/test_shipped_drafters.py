@@ -148,6 +148,8 @@ def test_eagle_head_precision_follows_its_drafter_json_and_int8_runs():
     d32, d8 = EagleDrafter(ROOT / name), EagleDrafter(ROOT / name, precision="int8")
     assert not d32.int8 and not any(isinstance(m, qlinear) for m in d32.head.modules())
     assert d8.int8 and any(isinstance(m, qlinear) for m in d8.head.modules())
+    # int8 layers keep their weights packed outside parameters(): still counted (the bench's size table)
+    assert d8.non_embedding_parameters() == d32.non_embedding_parameters() > 1e6
     if "qwen2.5-coder-1.5b-instruct-eagle" in SHIPPED:
         assert _meta("qwen2.5-coder-1.5b-instruct-eagle")["extra"]["inference_precision"] == "int8"
     # the int8 head runs (a random LM-head matrix stands in for the target's rows)

@@ -26,6 +26,10 @@ from .backends.base import Backend, ForwardRequest
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 #: relative change of T(1) between the start and the end of a measurement beyond which it is not cached
 STEADY_TOLERANCE = 0.3
+#: the forward size whose T(n)/T(1) checks a cached table's shape (k + 1 at the default k = 4)
+SHAPE_PROBE_SIZE = 5
+#: relative difference of that ratio, cached against measured now, beyond which the table is measured again
+SHAPE_TOLERANCE = 0.25
 
 
 @dataclass
@@ -128,61 +132,105 @@ def measure_verify_cost(
     backend: Backend,
     sizes: Sequence[int] = PROFILE_SIZES,
     context_tokens: int = 256,
-    repeats: int = 5,
+    repeats: int = 3,
     seq_id: int = 0,
 ) -> CostModel:
-    """Measure T(n): the median time of a forward over n tokens with logits at every position.
+    """Measure T(n): per size, the median over ``repeats`` interleaved rounds of one forward over n tokens
+    with logits at every position.
 
-    A context of ``context_tokens`` tokens is prefilled first; every timed
-    forward is rolled back afterwards. The sequence's cache is cleared at the end.
-    The smallest size is timed again at the end: the result's ``steady`` is False
-    when the two differ by more than :data:`STEADY_TOLERANCE` (the machine's load
-    changed during the measurement).
+    A context of ``context_tokens`` tokens is prefilled first; every timed forward is rolled back
+    afterwards, and the sequence's cache is cleared at the end. Each round times every size once, in
+    turn, so that a burst of load on the machine slows one round of every size rather than every
+    forward of a few sizes (timing the sizes one after another once cached T(2) = 2.3·T(1) for a
+    target whose true ratio is 1.03, and the policy then never drafted again). The smallest size is
+    timed again at the end (median of ``repeats``): the result's ``steady`` is False when it differs
+    from the rounds' T(1) by more than :data:`STEADY_TOLERANCE` (the machine's load changed).
     """
+    sizes = list(sizes)
     rng = np.random.default_rng(0)
     ctx = rng.integers(100, min(backend.vocab_size, 30000), size=context_tokens).tolist()
     block = rng.integers(100, min(backend.vocab_size, 30000), size=max(sizes)).tolist()
     backend.truncate(seq_id, 0)
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
+        seconds = time.perf_counter() - t
+        backend.truncate(seq_id, context_tokens)
+        return seconds
+
     try:
         if ctx:
             backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
         backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
         backend.truncate(seq_id, context_tokens)
-
-        def timed(n: int) -> float:
-            ts = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
-                ts.append(time.perf_counter() - t)
-                backend.truncate(seq_id, context_tokens)
-            return float(np.median(ts))
-
-        out = [timed(n) for n in sizes]
-        t1_again = timed(sizes[0])  # the machine's load may have changed while measuring
+        rounds = [[timed(n) for n in sizes] for _ in range(repeats)]
+        t1_again = float(np.median([timed(sizes[0]) for _ in range(repeats)]))
     finally:
         backend.truncate(seq_id, 0)
-    # costs never fall with more tokens: smooth out timer noise
+    out = np.median(np.asarray(rounds), axis=0)
     steady = abs(t1_again / out[0] - 1.0) <= STEADY_TOLERANCE if out[0] > 0 else False
-    out = np.maximum.accumulate(out).tolist()
-    return CostModel(sizes=list(sizes), seconds=out, context_tokens=context_tokens, steady=steady)
+    out = np.maximum.accumulate(out).tolist()  # costs never fall with more tokens: smooth out timer noise
+    return CostModel(sizes=sizes, seconds=out, context_tokens=context_tokens, steady=steady)
+
+
+def measured_ratio(backend: Backend, n: int = SHAPE_PROBE_SIZE, context_tokens: int = 32, rounds: int = 3,
+                   seq_id: int = 0) -> float:
+    """T(n)/T(1) measured now: the median over ``rounds`` interleaved pairs of a 1-token and an n-token
+    forward after ``context_tokens`` tokens of context (rolled back; the sequence is cleared at the end).
+    About 2·rounds + 2 forwards: the quick check of a cached table's shape (:func:`cached_verify_cost`)."""
+    rng = np.random.default_rng(1)
+    hi = min(backend.vocab_size, 30000)
+    ctx = rng.integers(100, hi, size=context_tokens).tolist()
+    block = rng.integers(100, hi, size=n).tolist()
+    backend.truncate(seq_id, 0)
+    ratios = []
+    try:
+        if ctx:
+            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
+        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
+        backend.truncate(seq_id, context_tokens)
+        for _ in range(rounds):
+            pair = []
+            for m in (1, n):
+                t = time.perf_counter()
+                backend.forward([ForwardRequest(seq_id, block[:m], logits="all")])
+                pair.append(time.perf_counter() - t)
+                backend.truncate(seq_id, context_tokens)
+            if pair[0] > 0:
+                ratios.append(pair[1] / pair[0])
+    finally:
+        backend.truncate(seq_id, 0)
+    return float(np.median(ratios)) if ratios else 1.0
 
 
 def cached_verify_cost(backend: Backend) -> CostModel:
-    """The backend's :class:`CostModel` from the cache folder, measured (about a second) and stored if missing.
+    """The backend's :class:`CostModel` from the cache folder, measured (a few seconds) and stored if missing.
 
     A measurement during which the machine's load changed (``steady`` False) is repeated once, and
-    not cached if it is still unsteady. The returned model remembers its cache file, so that
-    :meth:`CostModel.save_if_drifted` can correct it later.
+    not cached if it is still unsteady. A cached table's shape is checked first (T(n)/T(1) at
+    n = :data:`SHAPE_PROBE_SIZE`, :func:`measured_ratio`, a few forwards): off by more than
+    :data:`SHAPE_TOLERANCE` from the table's, it is measured again, since the online refinement only
+    corrects the sizes the policy verifies, and a table that overstates T(n) keeps the policy from
+    ever verifying them. The returned model remembers its cache file, so that
+    :meth:`CostModel.save_if_drifted` can correct its scale later.
     """
     from .cache import cache_dir, read_json, write_json_atomic
 
     key = backend.cost_key()
     path = cache_dir("cost") / f"{key}.json"
     data = read_json(path)
-    if data.get("sizes"):
-        model = CostModel.from_dict(data)
-    else:
+    model = CostModel.from_dict(data) if data.get("sizes") else None
+    probe = SHAPE_PROBE_SIZE
+    if model is not None and backend.n_ctx > 32 + probe:
+        live = measured_ratio(backend, probe)
+        cached = model.time(probe) / model.time(1)
+        if abs(math.log(live / cached)) > math.log(1.0 + SHAPE_TOLERANCE):
+            print(f"[speculative] the cached cost of {backend.model_id}'s forward passes is out of date "
+                  f"(T({probe})/T(1) = {cached:.2f} cached, {live:.2f} now): measuring again",
+                  file=sys.stderr, flush=True)
+            model = None
+    if model is None:
         context_tokens = 256
         if backend.n_ctx < context_tokens + max(PROFILE_SIZES):
             # a window too small for the standard measurement: measure what fits, for this backend only

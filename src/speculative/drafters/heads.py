@@ -199,7 +199,14 @@ class _HeadDrafter(Drafter):
             return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
 
     def non_embedding_parameters(self) -> int:
-        return int(sum(p.numel() for p in self.head.parameters()))
+        """The head's own weights (its LM-head rows are the target's): float parameters, plus the weights and
+        biases of int8 layers, which PyTorch keeps packed outside ``parameters()``."""
+        packed = 0
+        for m in self.head.modules():
+            if callable(getattr(m, "weight", None)):
+                bias = m.bias() if callable(getattr(m, "bias", None)) else None
+                packed += m.weight().numel() + (bias.numel() if bias is not None else 0)
+        return int(sum(p.numel() for p in self.head.parameters()) + packed)
 
 
 class EagleDrafter(_HeadDrafter):
