@@ -152,6 +152,18 @@ def test_sizes_not_timed_live_follow_the_live_ones():
     assert cm.time(8) == pytest.approx(0.090 * scale, rel=1e-3) and cm.time(2) == pytest.approx(0.045 * scale, rel=1e-3)
 
 
+def test_one_stall_moves_a_rarely_timed_size_by_a_tenth_at_most():
+    """A stall (one 300 ms forward where 43 ms is usual) counts as twice the estimate: a size the policy
+    verifies rarely moves 10%, not 60% (as T(3) once did in an agentic run, above T(5)); a real
+    slow-down still shows after a few samples."""
+    cm = CostModel([1, 3, 5], [0.036, 0.043, 0.047])
+    cm.update(3, 0.300)
+    assert cm.time(3) == pytest.approx(0.043 * 1.1)
+    for _ in range(30):
+        cm.update(5, 0.150)  # the machine really got 3x slower
+    assert cm.time(5) > 0.140
+
+
 def test_noisy_live_timings_do_not_compound_across_sizes():
     rng = np.random.default_rng(0)
     cm = CostModel([1, 2, 3, 4, 5, 6, 8, 10, 12, 16], [0.01 * (1 + 0.5 * (n - 1)) for n in (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)])

@@ -26,6 +26,8 @@ from .backends.base import Backend, ForwardRequest
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 #: relative change of T(1) between the start and the end of a measurement beyond which it is not cached
 STEADY_TOLERANCE = 0.3
+#: a live timing counts as at most this many times the current estimate of its size (:meth:`CostModel.update`)
+OUTLIER_CAP = 2.0
 #: the forward size whose T(n)/T(1) checks a cached table's shape (k + 1 at the default k = 4)
 SHAPE_PROBE_SIZE = 5
 #: relative difference of that ratio, cached against measured now, beyond which the table is measured again
@@ -79,6 +81,8 @@ class CostModel:
     def update(self, n: int, seconds: float) -> None:
         """Fold one measured forward of n tokens into the table; sizes not timed live yet scale along.
 
+        A timing more than :data:`OUTLIER_CAP` times the current estimate of its size counts as that cap.
+
         The scale of the sizes not timed live is the geometric mean, over the table's sizes that
         were, of their live value over their measured one: one factor for the whole table (a
         product of each size's drift would compound noise across sizes).
@@ -87,6 +91,10 @@ class CostModel:
             self._measured = dict(zip(self.sizes, self.seconds))
         if n in self.sizes:
             i = self.sizes.index(n)
+            # a stall (a page fault, another process) is one slow sample, never a fast one: capped at twice
+            # the estimate, it moves a rarely timed size by 10% at most, while a real slow-down still
+            # shows within a few samples
+            seconds = min(seconds, OUTLIER_CAP * self.seconds[i])
             self.seconds[i] += self.ema * (seconds - self.seconds[i])
         else:
             self.sizes.append(n)

@@ -65,6 +65,24 @@ class DataConfig:
     text_tokens: int = 0
 
 
+def top_logits(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a training example keeps of each logits row: the k largest logits (unordered) and the row's
+    log-sum-exp, from which the distillation loss rebuilds the target's probabilities of those k tokens.
+
+    Args:
+        logits: [n, V] float32.
+        k: 1 <= k <= V.
+
+    Returns:
+        (ids [n, k] int, their logits [n, k] float32, log-sum-exp [n] float32).
+    """
+    idx = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(logits, idx, axis=1)
+    m = logits.max(axis=1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(logits - m).sum(axis=1))).astype(np.float32)
+    return idx, vals, lse
+
+
 def _decode_lockstep(backend, first, pick, go_on, hidden: bool = False) -> list[list[int]]:
     """Decode sequences ``0..n-1`` in lockstep, one batched forward per step.
 
@@ -111,12 +129,11 @@ def _run_examples(backend, prompts: list[list[int]], cfg: DataConfig) -> list[di
     rows: list[list[tuple]] = [[] for _ in range(n)]  # per output position: (top-k ids, their logits, logsumexp)
 
     def record(i, out) -> int:
-        lg = np.asarray(out.logits[-1], dtype=np.float32)
-        idx = np.argpartition(-lg, k - 1)[:k]
-        m = float(lg.max())
-        rows[i].append((idx, lg[idx], m + float(np.log(np.exp(lg - m).sum()))))
+        lg = np.asarray(out.logits[-1:], dtype=np.float32)
+        idx, vals, lse = top_logits(lg, k)
+        rows[i].append((idx[0], vals[0], lse[0]))
         feats[i].append(out.hidden.astype(np.float16))
-        return int(np.argmax(lg))
+        return int(np.argmax(lg[0]))
 
     eos = backend.eos_token_ids
     toks = _decode_lockstep(backend, outs, record, lambda t: t[-1] not in eos and len(t) < cfg.max_new_tokens,
@@ -172,11 +189,7 @@ def _run_text(backend, toks: list[int], topk: int) -> dict:
     k = min(topk, backend.vocab_size)
     backend.truncate(0, 0)
     res = backend.forward([ForwardRequest(0, toks, logits="all", hidden=True)])[0]
-    lg = np.asarray(res.logits[:-1], dtype=np.float32)
-    idx = np.argpartition(-lg, k - 1, axis=1)[:, :k]
-    vals = np.take_along_axis(lg, idx, axis=1)
-    m = lg.max(axis=1, keepdims=True)
-    lse = (m[:, 0] + np.log(np.exp(lg - m).sum(axis=1))).astype(np.float32)
+    idx, vals, lse = top_logits(np.asarray(res.logits[:-1], dtype=np.float32), k)
     example = {
         "tokens": np.asarray(toks, dtype=np.int32), "prompt_len": 1, "feat_start": 0,
         "feats": np.asarray(res.hidden[:-1], dtype=np.float16),  # a copy (float16), before the next forward
