@@ -299,3 +299,6 @@ def test_a_cached_table_of_the_wrong_shape_is_measured_again(tmp_path, monkeypat
     # within 25%: kept too (T(5)/T(1) 1.25 now against 1.08 cached)
     near = _Timed(clock, lambda call, n: 0.010 * (1 + 0.0625 * (n - 1)))
     assert cost_model.cached_verify_cost(near).seconds == pytest.approx(got.seconds) and near.calls == 8
+    # a damaged table (a zero time) is measured again, not divided by
+    write_json_atomic(path, {"sizes": [1, 2, 4, 8], "seconds": [0.0, 0.0, 0.0, 0.0]})
+    assert cost_model.cached_verify_cost(flat).time(1) > 0

@@ -229,6 +229,8 @@ def cached_verify_cost(backend: Backend) -> CostModel:
     path = cache_dir("cost") / f"{key}.json"
     data = read_json(path)
     model = CostModel.from_dict(data) if data.get("sizes") else None
+    if model is not None and (len(model.seconds) != len(model.sizes) or min(model.seconds) <= 0):
+        model = None  # a damaged cache file: measured again
     probe = SHAPE_PROBE_SIZE
     if model is not None and backend.n_ctx > 32 + probe:
         live = measured_ratio(backend, probe)
