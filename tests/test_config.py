@@ -43,3 +43,11 @@ def test_with_overrides_sampling_fields():
     cfg = GenerationConfig().with_(temperature=0.7, top_k=5, max_new_tokens=9)
     assert cfg.sampling.temperature == 0.7 and cfg.sampling.top_k == 5 and cfg.max_new_tokens == 9
     assert not cfg.sampling.greedy and GenerationConfig().sampling.greedy
+
+
+@pytest.mark.parametrize("kwargs, fragment", [({"stop": 5}, "stop must be a string or a list"),
+                                              ({"bogus": 1}, "unknown generation option 'bogus'")])
+def test_with_refuses_bad_options_in_one_line(kwargs, fragment):
+    """What generate(**options) passes on: a wrong type or an unknown name is a ConfigError, not a TypeError."""
+    with pytest.raises(ConfigError, match=fragment):
+        GenerationConfig().with_(**kwargs)

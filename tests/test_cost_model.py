@@ -302,3 +302,6 @@ def test_a_cached_table_of_the_wrong_shape_is_measured_again(tmp_path, monkeypat
     # a damaged table (a zero time) is measured again, not divided by
     write_json_atomic(path, {"sizes": [1, 2, 4, 8], "seconds": [0.0, 0.0, 0.0, 0.0]})
     assert cost_model.cached_verify_cost(flat).time(1) > 0
+    # a burst during the check (its 5-token forwards 3x slow) is checked once more before re-measuring
+    burst = _Timed(clock, lambda call, n: 0.010 * (1 + 0.02 * (n - 1)) * (3 if call <= 8 and n == 5 else 1))
+    assert cost_model.cached_verify_cost(burst).seconds == pytest.approx(got.seconds) and burst.calls == 16

@@ -221,3 +221,19 @@ def test_tree_drafts_greedy_identity(prompts10):
             assert nodes > 0
         finally:
             t.close()
+
+
+def test_a_closed_model_refuses_use_instead_of_crashing():
+    """After close() the model's memory is freed: generate, encode and forward raise ModelLoadError (a call
+    into the freed model ended the process with a segmentation fault)."""
+    from speculative import SpeculativeGenerator
+    from speculative.backends.base import ForwardRequest
+    from speculative.errors import ModelLoadError
+
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="ngram", n_ctx=256)
+    gen.close()
+    with pytest.raises(ModelLoadError, match="closed"):
+        gen.generate("hi", max_new_tokens=4)
+    with pytest.raises(ModelLoadError, match="closed"):
+        gen.target.forward([ForwardRequest(0, [1, 2], logits="all")])
+    gen.close()  # twice is harmless

@@ -182,7 +182,12 @@ class GenerationConfig:
         s = {k: changes.pop(k) for k in list(changes) if k in sampling_fields}
         if "stop" in changes and changes["stop"] is not None:
             st = changes["stop"]
+            if not isinstance(st, (str, list, tuple)):
+                raise ConfigError(f"stop must be a string or a list of strings, got {type(st).__name__}")
             changes["stop"] = (st,) if isinstance(st, str) else tuple(st)
+        unknown = sorted(set(changes) - set(self.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"unknown generation option {unknown[0]!r}")
         cfg = replace(self, **changes)
         if s:
             cfg = replace(cfg, sampling=replace(cfg.sampling, **s))

@@ -259,11 +259,11 @@ class LlamaCppBackend(Backend):
 
     def _end_of_generation_ids(self) -> frozenset[int]:
         """llama.cpp's end-of-generation set: EOS, EOT, EOM and end-of-turn tokens."""
-        L = self._L
+        L = self._live()
         return frozenset(t for t in range(self.vocab_size) if L.llama_vocab_is_eog(self._vocab, t))
 
     def _read_chat_template(self) -> str | None:
-        L = self._L
+        L = self._live()
         tmpl = L.llama_model_chat_template(self._model, None)
         if not tmpl:
             return None
@@ -283,12 +283,12 @@ class LlamaCppBackend(Backend):
     # ---- caches -------------------------------------------------------------------
 
     def _truncate_cache(self, seq_id: int, n_tokens: int) -> None:
-        ok = self._L.llama_memory_seq_rm(self._mem, seq_id, n_tokens, -1)
+        ok = self._live().llama_memory_seq_rm(self._mem, seq_id, n_tokens, -1)
         if not ok:  # pragma: no cover - only for recurrent models
             raise RuntimeError(f"llama.cpp could not roll sequence {seq_id} back to {n_tokens} tokens")
 
     def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
-        L = self._L
+        L = self._live()
         want_hidden = any(r.hidden for r in requests)
         if want_hidden != self._embeddings_on:
             L.llama_set_embeddings(self._ctx, want_hidden)
@@ -337,7 +337,7 @@ class LlamaCppBackend(Backend):
         return [d - 1 for d in depths(parents)], [sorted(x) for x in sids], len(leaves)
 
     def _prepare_tree(self, seq_id: int, n_leaves: int) -> None:
-        L = self._L
+        L = self._live()
         for j in range(n_leaves):
             t = self._temp_seq(seq_id, j)
             L.llama_memory_seq_rm(self._mem, t, -1, -1)
@@ -353,7 +353,7 @@ class LlamaCppBackend(Backend):
         keep = 0
         while keep < len(path) and keep < contiguous and path[keep] == sp[keep]:
             keep += 1
-        L = self._L
+        L = self._live()
         L.llama_memory_seq_rm(self._mem, seq_id, base + keep, -1)
         for j in range(self.tree_width):
             L.llama_memory_seq_rm(self._mem, self._temp_seq(seq_id, j), -1, -1)
@@ -391,7 +391,7 @@ class LlamaCppBackend(Backend):
         return n
 
     def _decode(self) -> None:
-        rc = self._L.llama_decode(self._ctx, self._batch)
+        rc = self._live().llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with status {rc} (KV cache full or invalid batch)")
 
@@ -402,7 +402,7 @@ class LlamaCppBackend(Backend):
         order); otherwise only the flagged ones, in batch order.
         """
         n_out = n_tokens if want_hidden else n_flagged
-        L = self._L
+        L = self._live()
         logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(max(n_out, 1), self.vocab_size))
         hidden = None
         if want_hidden:
@@ -465,7 +465,7 @@ class LlamaCppBackend(Backend):
     # ---- tokenizer ---------------------------------------------------------------
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
-        L = self._L
+        L = self._live()
         data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (L.llama_token * cap)()
@@ -486,7 +486,7 @@ class LlamaCppBackend(Backend):
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        L = self._L
+        L = self._live()
         n = len(ids)
         if n == 0:
             return ""
@@ -501,7 +501,7 @@ class LlamaCppBackend(Backend):
         return buf.raw[:m].decode("utf-8", "replace")
 
     def token_text(self, token_id: int) -> str:
-        t = self._L.llama_vocab_get_text(self._vocab, int(token_id))
+        t = self._live().llama_vocab_get_text(self._vocab, int(token_id))
         return t.decode("utf-8", "replace") if t else ""
 
     def token_bytes_table(self) -> list[bytes | None]:
@@ -536,7 +536,7 @@ class LlamaCppBackend(Backend):
         if self._formatter is None:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-            L = self._L
+            L = self._live()
             bos = L.llama_vocab_bos(self._vocab)
             eos = L.llama_vocab_eos(self._vocab)
             self._formatter = Jinja2ChatFormatter(
@@ -547,6 +547,13 @@ class LlamaCppBackend(Backend):
             )
         prompt = self._formatter(messages=list(messages)).prompt
         return self.encode(prompt, add_special=True)
+
+    def _live(self):
+        """The llama.cpp bindings, while the model is loaded. Raises ModelLoadError after :meth:`close`
+        (the model's memory is freed: a call into it would crash the process)."""
+        if self._model is None:
+            raise ModelLoadError(f"{self.model_id} was closed; load it again to use it")
+        return self._L
 
     def close(self) -> None:
         L = getattr(self, "_L", None)
