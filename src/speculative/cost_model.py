@@ -136,6 +136,34 @@ class CostModel:
         return cls(sizes=list(d["sizes"]), seconds=list(d["seconds"]), context_tokens=int(d.get("context_tokens", 0)))
 
 
+def _timed_forwards(backend: Backend, context_tokens: int, plan: Sequence[Sequence[int]], seq_id: int,
+                    seed: int) -> list[list[float]]:
+    """Prefill ``context_tokens`` random tokens in ``seq_id``, run one warm-up forward, then time one
+    forward (logits at every position, rolled back after) per size of each row of ``plan``, in order.
+    Returns the seconds in ``plan``'s shape; the sequence's cache is cleared at the end."""
+    rng = np.random.default_rng(seed)
+    hi = min(backend.vocab_size, 30000)
+    ctx = rng.integers(100, hi, size=context_tokens).tolist()
+    block = rng.integers(100, hi, size=max(max(row) for row in plan)).tolist()
+    backend.truncate(seq_id, 0)
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
+        seconds = time.perf_counter() - t
+        backend.truncate(seq_id, context_tokens)
+        return seconds
+
+    try:
+        if ctx:
+            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
+        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
+        backend.truncate(seq_id, context_tokens)
+        return [[timed(n) for n in row] for row in plan]
+    finally:
+        backend.truncate(seq_id, 0)
+
+
 def measure_verify_cost(
     backend: Backend,
     sizes: Sequence[int] = PROFILE_SIZES,
@@ -155,27 +183,8 @@ def measure_verify_cost(
     from the rounds' T(1) by more than :data:`STEADY_TOLERANCE` (the machine's load changed).
     """
     sizes = list(sizes)
-    rng = np.random.default_rng(0)
-    ctx = rng.integers(100, min(backend.vocab_size, 30000), size=context_tokens).tolist()
-    block = rng.integers(100, min(backend.vocab_size, 30000), size=max(sizes)).tolist()
-    backend.truncate(seq_id, 0)
-
-    def timed(n: int) -> float:
-        t = time.perf_counter()
-        backend.forward([ForwardRequest(seq_id, block[:n], logits="all")])
-        seconds = time.perf_counter() - t
-        backend.truncate(seq_id, context_tokens)
-        return seconds
-
-    try:
-        if ctx:
-            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
-        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
-        backend.truncate(seq_id, context_tokens)
-        rounds = [[timed(n) for n in sizes] for _ in range(repeats)]
-        t1_again = float(np.median([timed(sizes[0]) for _ in range(repeats)]))
-    finally:
-        backend.truncate(seq_id, 0)
+    *rounds, again = _timed_forwards(backend, context_tokens, [sizes] * repeats + [[sizes[0]] * repeats], seq_id, 0)
+    t1_again = float(np.median(again))
     out = np.median(np.asarray(rounds), axis=0)
     steady = abs(t1_again / out[0] - 1.0) <= STEADY_TOLERANCE if out[0] > 0 else False
     out = np.maximum.accumulate(out).tolist()  # costs never fall with more tokens: smooth out timer noise
@@ -187,28 +196,8 @@ def measured_ratio(backend: Backend, n: int = SHAPE_PROBE_SIZE, context_tokens: 
     """T(n)/T(1) measured now: the median over ``rounds`` interleaved pairs of a 1-token and an n-token
     forward after ``context_tokens`` tokens of context (rolled back; the sequence is cleared at the end).
     About 2·rounds + 2 forwards: the quick check of a cached table's shape (:func:`cached_verify_cost`)."""
-    rng = np.random.default_rng(1)
-    hi = min(backend.vocab_size, 30000)
-    ctx = rng.integers(100, hi, size=context_tokens).tolist()
-    block = rng.integers(100, hi, size=n).tolist()
-    backend.truncate(seq_id, 0)
-    ratios = []
-    try:
-        if ctx:
-            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
-        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
-        backend.truncate(seq_id, context_tokens)
-        for _ in range(rounds):
-            pair = []
-            for m in (1, n):
-                t = time.perf_counter()
-                backend.forward([ForwardRequest(seq_id, block[:m], logits="all")])
-                pair.append(time.perf_counter() - t)
-                backend.truncate(seq_id, context_tokens)
-            if pair[0] > 0:
-                ratios.append(pair[1] / pair[0])
-    finally:
-        backend.truncate(seq_id, 0)
+    pairs = _timed_forwards(backend, context_tokens, [[1, n]] * rounds, seq_id, 1)
+    ratios = [b / a for a, b in pairs if a > 0]
     return float(np.median(ratios)) if ratios else 1.0
 
 

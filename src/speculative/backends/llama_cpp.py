@@ -337,7 +337,7 @@ class LlamaCppBackend(Backend):
         return [d - 1 for d in depths(parents)], [sorted(x) for x in sids], len(leaves)
 
     def _prepare_tree(self, seq_id: int, n_leaves: int) -> None:
-        L = self._live()
+        L = self._L
         for j in range(n_leaves):
             t = self._temp_seq(seq_id, j)
             L.llama_memory_seq_rm(self._mem, t, -1, -1)
@@ -391,7 +391,7 @@ class LlamaCppBackend(Backend):
         return n
 
     def _decode(self) -> None:
-        rc = self._live().llama_decode(self._ctx, self._batch)
+        rc = self._L.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with status {rc} (KV cache full or invalid batch)")
 
@@ -402,7 +402,7 @@ class LlamaCppBackend(Backend):
         order); otherwise only the flagged ones, in batch order.
         """
         n_out = n_tokens if want_hidden else n_flagged
-        L = self._live()
+        L = self._L
         logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(max(n_out, 1), self.vocab_size))
         hidden = None
         if want_hidden:
@@ -550,7 +550,8 @@ class LlamaCppBackend(Backend):
 
     def _live(self):
         """The llama.cpp bindings, while the model is loaded. Raises ModelLoadError after :meth:`close`
-        (the model's memory is freed: a call into it would crash the process)."""
+        (the model's memory is freed: a call into it would crash the process). Every public way in
+        calls it once (:meth:`_forward` for the decode helpers it calls)."""
         if self._model is None:
             raise ModelLoadError(f"{self.model_id} was closed; load it again to use it")
         return self._L
