@@ -217,14 +217,17 @@ def test_check_command_passes_a_lossless_drafter(capsys, tmp_path, drafter):
     "argv, fragment",
     [
         (["--drafter", "none"], "nothing to check"),
-        (["--prompts", "/nonexistent/prompts.txt"], "no such file"),
+        (["--prompts", "{missing}/prompts.txt"], "no such file"),
         (["--alpha", "0.7"], "alpha must be in"),
         (["--samples", "5"], "samples must be"),
         (["--temperature", "0"], "temperature > 0"),
-        (["--json-out", "/nonexistent/dir/x.json"], "--json-out"),
+        (["--json-out", "{missing}/dir/x.json"], "--json-out"),
     ],
 )
-def test_check_bad_input_is_one_line_exit_2(capsys, argv, fragment):
+def test_check_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, fragment):
+    # "{missing}" is a folder that surely does not exist (not a fixed path such as
+    # /nonexistent, which anything run as root may have created)
+    argv = [a.replace("{missing}", str(tmp_path / "missing")) for a in argv]
     code = main(["check", *argv])
     _, err = capsys.readouterr()
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err

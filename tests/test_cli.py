@@ -60,7 +60,7 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
     "argv, fragment",
     [
         (["generate", "hi", "--target", "no-such-model"], "unknown model 'no-such-model'"),
-        (["generate", "hi", "--target", "/nonexistent/model.gguf"], "no model file or folder at /nonexistent/model.gguf"),
+        (["generate", "hi", "--target", "{missing}/model.gguf"], "no model file or folder at {missing}/model.gguf"),
         (["generate", "hi", "--target", "missing.gguf"], "no model file or folder at missing.gguf"),
         (["generate", "   "], "prompt is empty"),
         (["generate", "hi", "--k", "0"], "num_speculative_tokens"),
@@ -76,7 +76,10 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
         (["generate", "hi", "--backend", "llama.cpp", "--target", "HuggingFaceTB/SmolLM2-135M-Instruct"], "GGUF"),
     ],
 )
-def test_bad_input_is_one_clear_line(capsys, argv, fragment):
+def test_bad_input_is_one_clear_line(capsys, tmp_path, argv, fragment):
+    missing = str(tmp_path / "missing")  # surely absent, unlike a fixed path such as /nonexistent
+    argv = [a.replace("{missing}", missing) for a in argv]
+    fragment = fragment.replace("{missing}", missing)
     code, out, err = run_cli(capsys, *argv)
     assert code == 2
     lines = err.strip().splitlines()
