@@ -1,5 +1,6 @@
 """The cost model and the analysis formulas, against hand-computed values."""
 
+import contextlib
 
 import numpy as np
 import pytest
@@ -228,6 +229,14 @@ class _Timed:
     def cost_key(self):
         return "fake-steady-test"
 
+    def threads_held(self):
+        return contextlib.nullcontext()
+
+    def contended(self):
+        return self.busy
+
+    busy = False  # other processes hold the cores (what the llama.cpp backend's thread governor sees)
+
 
 def test_unsteady_measurements_are_repeated_and_not_cached(tmp_path, monkeypatch):
     """T(1) timed again at the end of a measurement decides whether the table is trusted; timings come from
@@ -305,3 +314,8 @@ def test_a_cached_table_of_the_wrong_shape_is_measured_again(tmp_path, monkeypat
     # a burst during the check (its 5-token forwards 3x slow) is checked once more before re-measuring
     burst = _Timed(clock, lambda call, n: 0.010 * (1 + 0.02 * (n - 1)) * (3 if call <= 8 and n == 5 else 1))
     assert cost_model.cached_verify_cost(burst).seconds == pytest.approx(got.seconds) and burst.calls == 16
+    # other processes hold the cores: the check stops after its first two forwards, the table is kept
+    loaded = _Timed(clock, lambda call, n: 0.010 * (1 + 0.5 * (n - 1)))  # would look out of date
+    loaded.busy = True
+    assert cost_model.cached_verify_cost(loaded).seconds == pytest.approx(got.seconds) and loaded.calls == 2
+    assert "out of date" not in capsys.readouterr().err

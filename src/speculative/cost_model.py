@@ -137,10 +137,12 @@ class CostModel:
 
 
 def _timed_forwards(backend: Backend, context_tokens: int, plan: Sequence[Sequence[int]], seq_id: int,
-                    seed: int) -> list[list[float]]:
+                    seed: int, skip_if_contended: bool = False) -> list[list[float]] | None:
     """Prefill ``context_tokens`` random tokens in ``seq_id``, run one warm-up forward, then time one
     forward (logits at every position, rolled back after) per size of each row of ``plan``, in order.
-    Returns the seconds in ``plan``'s shape; the sequence's cache is cleared at the end."""
+    Returns the seconds in ``plan``'s shape, or None when ``skip_if_contended`` and the backend saw
+    other processes holding the cores during the first two forwards; the sequence's cache is cleared
+    at the end."""
     rng = np.random.default_rng(seed)
     hi = min(backend.vocab_size, 30000)
     ctx = rng.integers(100, hi, size=context_tokens).tolist()
@@ -154,14 +156,17 @@ def _timed_forwards(backend: Backend, context_tokens: int, plan: Sequence[Sequen
         backend.truncate(seq_id, context_tokens)
         return seconds
 
-    try:
-        if ctx:
-            backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
-        backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
-        backend.truncate(seq_id, context_tokens)
-        return [[timed(n) for n in row] for row in plan]
-    finally:
-        backend.truncate(seq_id, 0)
+    with backend.threads_held():
+        try:
+            if ctx:
+                backend.forward([ForwardRequest(seq_id, ctx, logits="none")])
+            backend.forward([ForwardRequest(seq_id, block[:2], logits="all")])  # warm-up
+            backend.truncate(seq_id, context_tokens)
+            if skip_if_contended and backend.contended():
+                return None
+            return [[timed(n) for n in row] for row in plan]
+        finally:
+            backend.truncate(seq_id, 0)
 
 
 def measure_verify_cost(
@@ -192,11 +197,15 @@ def measure_verify_cost(
 
 
 def measured_ratio(backend: Backend, n: int = SHAPE_PROBE_SIZE, context_tokens: int = 32, rounds: int = 3,
-                   seq_id: int = 0) -> float:
+                   seq_id: int = 0) -> float | None:
     """T(n)/T(1) measured now: the median over ``rounds`` interleaved pairs of a 1-token and an n-token
     forward after ``context_tokens`` tokens of context (rolled back; the sequence is cleared at the end).
-    About 2·rounds + 2 forwards: the quick check of a cached table's shape (:func:`cached_verify_cost`)."""
-    pairs = _timed_forwards(backend, context_tokens, [[1, n]] * rounds, seq_id, 1)
+    About 2·rounds + 2 forwards: the quick check of a cached table's shape (:func:`cached_verify_cost`).
+    None when the first two forwards showed other processes holding the cores (``backend.contended()``):
+    timings then measure the load, and on a busy machine each can take seconds."""
+    pairs = _timed_forwards(backend, context_tokens, [[1, n]] * rounds, seq_id, 1, skip_if_contended=True)
+    if pairs is None:
+        return None
     ratios = [b / a for a, b in pairs if a > 0]
     return float(np.median(ratios)) if ratios else 1.0
 
@@ -207,7 +216,8 @@ def cached_verify_cost(backend: Backend) -> CostModel:
     A measurement during which the machine's load changed (``steady`` False) is repeated once, and
     not cached if it is still unsteady. A cached table's shape is checked first (T(n)/T(1) at
     n = :data:`SHAPE_PROBE_SIZE`, :func:`measured_ratio`, a few forwards): off by more than
-    :data:`SHAPE_TOLERANCE` from the table's in two checks, on the same side, it is measured again, since the online refinement only
+    :data:`SHAPE_TOLERANCE` from the table's in two checks, on the same side, it is measured again
+    (skipped, the table kept, when other processes hold the cores), since the online refinement only
     corrects the sizes the policy verifies, and a table that overstates T(n) keeps the policy from
     ever verifying them. The returned model remembers its cache file, so that
     :meth:`CostModel.save_if_drifted` can correct its scale later.
@@ -229,9 +239,11 @@ def cached_verify_cost(backend: Backend) -> CostModel:
             return d if abs(d) > math.log(1.0 + SHAPE_TOLERANCE) else 0.0
 
         live = measured_ratio(backend, probe)
+        if live is None:  # other processes hold the cores: kept unchecked this time
+            live = cached
         if off(live):  # a burst of load can bend one check: a second one must agree before re-measuring
             again = measured_ratio(backend, probe)
-            live = live if off(again) * off(live) > 0 else cached
+            live = live if again is not None and off(again) * off(live) > 0 else cached
         if off(live):
             print(f"[speculative] the cached cost of {backend.model_id}'s forward passes is out of date "
                   f"(T({probe})/T(1) = {cached:.2f} cached, {live:.2f} now): measuring again",

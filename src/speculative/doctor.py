@@ -77,7 +77,8 @@ def run_doctor(check_models: bool = True) -> int:
             r.ok("quantized matmul kernels", kinfo.summary + (f"; this build's kernels: {isa}" if isa else ""))
         else:
             r.info("quantized matmul kernels", kinfo.summary + "; scripts/setup.sh builds faster batch-invariant ones")
-        r.info("threads", f"{default_threads()} by default (physical cores); override with --threads")
+        r.info("threads", f"{default_threads()} by default (physical cores), fewer while other processes keep "
+               "them busy (exact numerics); --threads N fixes the count")
     except SpeculativeError as e:
         r.bad("llama-cpp-python", str(e), SETUP_HINT)
 

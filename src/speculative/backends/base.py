@@ -19,6 +19,7 @@ What later work plugs into without a rewrite:
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -329,6 +330,16 @@ class Backend(abc.ABC):
 
     def _cost_identity(self) -> str:
         return ""
+
+    def threads_held(self):
+        """A context manager within which forwards keep one fixed thread count (for timing T(n));
+        only backends that change the count on their own (llama.cpp, backends/threads.py) need it."""
+        return contextlib.nullcontext()
+
+    def contended(self) -> bool:
+        """True when the last forwards ran on a machine whose cores other processes held (then timings
+        say little about the model); backends that cannot tell answer False."""
+        return False
 
     def close(self) -> None:
         """Free the model and caches."""

@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +37,7 @@ import numpy as np
 
 from ..errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelNotFoundError
 from .base import Backend, ForwardRequest, ForwardResult
+from .threads import ThreadGovernor, default_threads
 
 _lib_lock = threading.Lock()
 _backend_ready = False
@@ -104,19 +106,6 @@ def is_gguf_file(path: str | os.PathLike) -> bool:
             return f.read(4) == b"GGUF"
     except OSError:
         return False
-
-
-def default_threads() -> int:
-    """Physical cores if known, else logical CPUs (llama.cpp is compute-bound per core)."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-        if n:
-            return max(1, min(n, len(os.sched_getaffinity(0))))
-    except Exception:  # pragma: no cover - psutil is a dependency, but stay robust
-        pass
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 class LlamaCppBackend(Backend):
@@ -199,6 +188,12 @@ class LlamaCppBackend(Backend):
         self.n_threads = int(n_threads or default_threads())
         if self.n_threads < 1:
             raise ConfigError(f"threads must be >= 1, got {n_threads}")
+        # threads left to the backend (n_threads=None) follow the machine's load, where logits do not
+        # depend on the count (exact numerics); a count the caller gave is kept (backends/threads.py)
+        self.thread_governor = (ThreadGovernor(self.n_threads)
+                                if n_threads is None and numerics == "exact" and self.n_threads > 1 else None)
+        self._threads_now = self.n_threads
+        self._threads_held = 0
 
         self.tree_width = int(tree_width)
         if self.tree_width < 0:
@@ -287,7 +282,34 @@ class LlamaCppBackend(Backend):
         if not ok:  # pragma: no cover - only for recurrent models
             raise RuntimeError(f"llama.cpp could not roll sequence {seq_id} back to {n_tokens} tokens")
 
+    @contextlib.contextmanager
+    def threads_held(self):
+        """Within this block every forward uses the full ``n_threads`` (for measuring T(n))."""
+        self._threads_held += 1
+        try:
+            yield
+        finally:
+            self._threads_held -= 1
+
+    def contended(self) -> bool:
+        """True when the last forwards' threads waited for cores that other processes held."""
+        return self.thread_governor is not None and self.thread_governor.busy(min_samples=2)
+
     def _forward(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        gov = self.thread_governor
+        if gov is None:
+            return self._forward_tokens(requests)
+        n = sum(len(r.tokens) for r in requests)
+        t = self.n_threads if self._threads_held else gov.threads_for(n)
+        if t != self._threads_now:
+            self._live().llama_set_n_threads(self._ctx, t, t)
+            self._threads_now = t
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        out = self._forward_tokens(requests)
+        gov.observe(t, n, time.perf_counter() - wall0, time.process_time() - cpu0)  # held ones too: early data
+        return out
+
+    def _forward_tokens(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
         L = self._live()
         want_hidden = any(r.hidden for r in requests)
         if want_hidden != self._embeddings_on:

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..config import GenerationConfig, SamplingParams
 from ..errors import ConfigError
+from ..backends.threads import pinned_threads
 from ..stats import GenerationStats
 from .datasets import CATEGORIES, CATEGORY_TITLES, Question, load_questions, select
 
@@ -280,14 +281,14 @@ class AcceptanceRun:
         c = self.cfg
         proc = psutil.Process()
         rss0 = proc.memory_info().rss
-        self.target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=c.threads, numerics=c.numerics,
+        self.target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=pinned_threads(c.threads), numerics=c.numerics,
                                    device=c.device, dtype=c.dtype)
         self.memory["target_load_mb"] = (proc.memory_info().rss - rss0) / 2**20
         chat = (self.target.chat_template is not None) if c.chat is None else c.chat
         if chat and self.target.chat_template is None:
             raise ConfigError(f"{c.target} has no chat template; drop --chat")
         self.chat = chat
-        ctx = BuildContext(backend=c.backend, n_threads=c.threads, numerics=c.numerics, n_ctx=c.n_ctx,
+        ctx = BuildContext(backend=c.backend, n_threads=pinned_threads(c.threads), numerics=c.numerics, n_ctx=c.n_ctx,
                            device=c.device, dtype=c.dtype)
         for spec in c.drafters:
             rss0 = proc.memory_info().rss

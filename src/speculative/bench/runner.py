@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config import GenerationConfig, SamplingParams
 from ..errors import ConfigError, SpeculativeError
+from ..backends.threads import pinned_threads
 from ..stats import GenerationStats
 from .datasets import Question, load_questions, select
 from .methods import EngineMethod, Method, RunRecord
@@ -193,7 +194,7 @@ class BenchRunner:
             parse_drafter_spec(spec)  # fail fast, before loading anything
         rss0 = proc.memory_info().rss
         width = max([tree_leaves(s) for s in c.drafters] + [0])
-        target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=c.threads, numerics=c.numerics,
+        target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=pinned_threads(c.threads), numerics=c.numerics,
                               device=c.device, dtype=c.dtype, tree_width=width)
         self.target = target
         self.load_rss_mb["baseline"] = (proc.memory_info().rss - rss0) / 2**20
@@ -204,7 +205,7 @@ class BenchRunner:
         self.cost_model = cached_verify_cost(target)
         base = SpeculativeGenerator(target, NoDrafter(), self.gen_cfg, cost_model=self.cost_model)
         self.methods.append(EngineMethod("baseline", base, "baseline", None, "fixed", chat))
-        ctx = BuildContext(backend=c.backend, n_threads=c.threads, numerics=c.numerics, device=c.device,
+        ctx = BuildContext(backend=c.backend, n_threads=pinned_threads(c.threads), numerics=c.numerics, device=c.device,
                            dtype=c.dtype, n_ctx=c.n_ctx)
         ks = c.sweep_k or [c.k]
         for spec in c.drafters:
@@ -386,7 +387,7 @@ def peer_draft_default(drafters: list[str]) -> str | None:
 def _load_hf(c: BenchConfig):
     from ..backends import load_backend
 
-    return load_backend(c.target, "transformers", device=c.device, dtype=c.dtype, n_ctx=c.n_ctx, n_threads=c.threads)
+    return load_backend(c.target, "transformers", device=c.device, dtype=c.dtype, n_ctx=c.n_ctx, n_threads=pinned_threads(c.threads))
 
 
 def _peer_names() -> list[str]:
