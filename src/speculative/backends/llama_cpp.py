@@ -114,7 +114,8 @@ class LlamaCppBackend(Backend):
     Args:
         path: GGUF file.
         n_ctx: positions per sequence; 0 means the model's training context. Capped at it.
-        n_threads: CPU threads (default: physical cores).
+        n_threads: CPU threads, kept fixed; None: the physical cores, fewer while other processes keep
+            them busy (exact numerics only: ``thread_governor``, backends/threads.py).
         max_sequences: sequences held at once (several clients of a server).
         numerics: "exact" (batch-invariant logits, the default) or "fast".
         n_batch: most tokens per llama_decode call (prompts are split into such chunks); llama.cpp

@@ -25,8 +25,9 @@ def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> N
         )
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS, help=f"default {DEFAULT_BACKEND}")
     p.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens per sequence (0: the model's maximum; default 4096)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads, kept fixed (default: physical cores, fewer while other processes keep them "
-                        "busy; llama.cpp with exact numerics)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads, kept fixed (default: physical cores, fewer while other processes keep "
+                        "them busy; llama.cpp with exact numerics)")
     p.add_argument(
         "--numerics",
         default="exact",
