@@ -72,6 +72,7 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
         (["generate", "hi", "--drafter", "bogus"], "unknown drafter type"),
         (["generate", "hi", "--drafter", "model:gemma-3-270m,vocab=same"], "another tokenizer"),
         (["generate", "hi", "--threads", "0"], "threads"),
+        (["generate", "hi", "--threads", "999"], "threads must be between 1 and"),
         (["generate", LONG_PROMPT, "--ctx-size", "128", "--no-chat"], "context window"),
         (["generate", "hi", "--backend", "llama.cpp", "--target", "HuggingFaceTB/SmolLM2-135M-Instruct"], "GGUF"),
     ],

@@ -122,6 +122,18 @@ def test_which_forwards_run_a_trial():
 
 
 @pytest.mark.quick
+def test_a_trial_whose_sizes_never_come_ends():
+    """A trial of fewer threads runs every forward; if none of them is of a size the current count has
+    timed (prefill, or other draft lengths), it is dropped after GIVE_UP forwards, not kept forever."""
+    gov = governor()
+    CROWDED.run(gov, 6, n_tokens=(1,))
+    assert gov.threads_for(7) == 1  # the trial of 1 thread runs
+    used = IDLE.run(gov, 1000, n_tokens=(7,)) + IDLE.run(gov, 1000, n_tokens=(300,))
+    assert gov.current == 2 and gov.threads_for(7) == 2 and gov.threads_for(300) == 2
+    assert used.count(1) <= ThreadGovernor.GIVE_UP + 1
+
+
+@pytest.mark.quick
 def test_more_threads_than_one_core_and_bad_arguments():
     gov = governor(4)
     busy4 = Machine(speed={4: 0.2, 3: 0.08, 2: 0.09, 1: 0.15}, share={4: 0.4, 3: 0.95, 2: 0.98, 1: 1.0}, idle=0.1)

@@ -186,9 +186,11 @@ class LlamaCppBackend(Backend):
             raise ConfigError("max_sequences must be >= 1")
         self.max_sequences = int(max_sequences)
         self._init_sequences()
-        self.n_threads = int(n_threads or default_threads())
-        if self.n_threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {n_threads}")
+        self.n_threads = default_threads() if n_threads is None else int(n_threads)
+        cpus = os.cpu_count() or 1
+        if not 1 <= self.n_threads <= cpus:
+            # more threads than CPUs only wait for each other at every barrier (999 ran for minutes)
+            raise ConfigError(f"threads must be between 1 and {cpus} (this machine's CPUs), got {n_threads}")
         # threads left to the backend (n_threads=None) follow the machine's load, where logits do not
         # depend on the count (exact numerics); a count the caller gave is kept (backends/threads.py)
         self.thread_governor = (ThreadGovernor(self.n_threads)

@@ -84,7 +84,7 @@ class ThreadGovernor:
     SWITCH_RATIO = 0.85  # switch when the other count takes at most this fraction of the time
     PROBE_FORWARDS = 6  # forwards per trial
     FIRST_WAIT, MAX_WAIT = 4, 256  # forwards between trials: after a switch, and at most
-    GIVE_UP = 32  # a trial that found no comparable forward in this many forwards is dropped
+    GIVE_UP = 32  # a trial not decided within this many forwards is dropped (counted as lost)
     SPARE_CORE = 0.6  # idle CPUs (averaged since the last look) that count as a spare core
 
     def __init__(self, max_threads: int, idle_cores: Callable[[], float | None] | None = None):
@@ -121,6 +121,10 @@ class ThreadGovernor:
         """Record one forward: ``threads`` ran ``n_tokens`` tokens in ``wall_s`` s, using ``cpu_s`` s of CPU."""
         if wall_s <= 0 or n_tokens <= 0:
             return
+        if self._trial is not None:
+            self._trial_age += 1  # every forward, scored or not: a trial whose sizes never come ends
+            if self._trial_age > self.GIVE_UP:
+                self._end_trial(switched=False)
         if threads == self.current and (self._trial is None or threads != self._trial):
             self._utilization.append(max(0.0, cpu_s) / (wall_s * threads))
             if self._trial is None and self._may_jump and self.current > 1 and self.busy(
@@ -143,11 +147,7 @@ class ThreadGovernor:
         if self._comparable(n_tokens):
             self._ratios.append(wall_s / self._median(threads, n_tokens))
         self._since += 1
-        if self._trial is not None:
-            self._trial_age += 1
-            if self._trial_age > self.GIVE_UP:
-                self._end_trial(switched=False)
-        elif self._since >= self._wait and len(self._ratios) >= self._ratios.maxlen // 4:
+        if self._trial is None and self._since >= self._wait and len(self._ratios) >= self._ratios.maxlen // 4:
             alt = self._alternative()
             if alt is not None:
                 self._trial, self._trial_ratios, self._trial_age = alt, [], 0

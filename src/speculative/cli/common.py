@@ -50,7 +50,10 @@ def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 disables (default)")
     p.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens below min-p times the top probability; 0 disables (default)")
-    p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    p.add_argument("--seed", type=int, default=None,
+                   help="random seed for sampling: the same output again under --draft-policy fixed (the "
+                        "adaptive policy's draft lengths follow measured timings, so its samples differ "
+                        "between runs; their distribution does not)")
     p.add_argument("--draft-policy", default="adaptive", choices=("adaptive", "fixed"),
                    help="adaptive: verify only the draft tokens worth their cost (default); fixed: verify all, up to k")
 
