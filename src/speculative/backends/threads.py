@@ -125,7 +125,7 @@ class ThreadGovernor:
             self._trial_age += 1  # every forward, scored or not: a trial whose sizes never come ends
             if self._trial_age > self.GIVE_UP:
                 self._end_trial(switched=False)
-        if threads == self.current and (self._trial is None or threads != self._trial):
+        if threads == self.current:  # (a trial's count is never the current one)
             self._utilization.append(max(0.0, cpu_s) / (wall_s * threads))
             if self._trial is None and self._may_jump and self.current > 1 and self.busy(
                     min_samples=2, below=self.STARVED_UTILIZATION):
