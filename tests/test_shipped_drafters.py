@@ -183,3 +183,14 @@ def test_auto_drafter_is_the_targets_recommended_one_when_shipped(monkeypatch):
     assert default_drafter("smollm2-135m-instruct") == "suffix+eagle:smollm2-135m-instruct-eagle,tree=2"
     monkeypatch.setitem(REGISTRY, "smollm2-135m-instruct", dataclasses.replace(smol, drafter="eagle:not-shipped"))
     assert default_drafter("smollm2-135m-instruct") == "ngram"  # a recommended drafter that is not installed
+
+
+@pytest.mark.quick
+def test_resolve_drafter_is_the_one_place_auto_is_resolved():
+    from speculative.drafters import default_drafter, resolve_drafter
+
+    target = "smollm2-135m-instruct"
+    assert resolve_drafter(target, "auto") == default_drafter(target)
+    assert resolve_drafter(target, None) == "none"
+    assert resolve_drafter(target, "ngram:n=3") == "ngram:n=3"
+    assert resolve_drafter("no-such-target.gguf", "auto") == "ngram"

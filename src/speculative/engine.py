@@ -110,11 +110,9 @@ class SpeculativeGenerator:
         for a bad spec or a missing model.
         """
         from .backends import load_backend
-        from .drafters import BuildContext, build_drafter, default_drafter, tree_leaves
+        from .drafters import BuildContext, build_drafter, resolve_drafter, tree_leaves
 
-        drafter = "none" if drafter is None else drafter
-        if drafter == "auto":
-            drafter = default_drafter(target)
+        drafter = resolve_drafter(target, drafter)
 
         t = load_backend(
             target, backend, n_ctx=n_ctx, n_threads=n_threads, max_sequences=max_sequences,

@@ -72,11 +72,9 @@ def _load_generator(args, max_sequences: int = 1):
     ).validate()  # before loading anything: bad settings fail fast
     if args.threads is not None and args.threads < 1:
         raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
-    from ..drafters import default_drafter
+    from ..drafters import parse_drafter_spec, resolve_drafter
 
-    drafter = default_drafter(args.target) if args.drafter in (None, "auto") else args.drafter
-    from ..drafters import parse_drafter_spec
-
+    drafter = resolve_drafter(args.target, "auto" if args.drafter is None else args.drafter)
     parse_drafter_spec(drafter)
     return SpeculativeGenerator.from_pretrained(
         args.target,

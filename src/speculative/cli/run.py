@@ -80,9 +80,9 @@ def cmd_check(args) -> int:
             raise SpeculativeError(f"--json-out {args.json_out}: not a file path in an existing folder")
     if args.threads is not None and args.threads < 1:
         raise SpeculativeError(f"--threads must be >= 1, got {args.threads}")
-    from ..drafters import default_drafter
+    from ..drafters import resolve_drafter
 
-    drafter = default_drafter(args.target) if args.drafter in (None, "auto") else args.drafter
+    drafter = resolve_drafter(args.target, "auto" if args.drafter is None else args.drafter)
     if parse_drafter_spec(drafter).kind == "none":
         raise SpeculativeError("--drafter none is plain decoding: there is nothing to check")
     from ..engine import SpeculativeGenerator

@@ -296,6 +296,15 @@ def default_drafter(target: str) -> str:
     return spec if all(n in shipped for n in names) else FALLBACK_DRAFTER
 
 
+def resolve_drafter(target: str, spec: str | None) -> str:
+    """The drafter spec to build for ``target``: ``spec`` itself, "none" for None, and
+    :func:`default_drafter` for "auto". The one place where "auto" is resolved (CLI and
+    ``from_pretrained``)."""
+    if spec is None:
+        return "none"
+    return default_drafter(target) if spec == "auto" else spec
+
+
 def shipped_drafters() -> list[str]:
     from importlib import resources
 

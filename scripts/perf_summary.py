@@ -1,0 +1,47 @@
+"""Summarize `perf report` text files of a forward loop (docs/kernels.md, "Where the time goes").
+
+Usage: .venv/bin/python scripts/perf_summary.py FOLDER
+Reads FOLDER/perf-NAME.txt (perf report --sort dso,symbol) and FOLDER/perf-NAME-dso.txt (--sort dso)
+for each NAME and prints the share of samples in attention's F16 dot products
+(ggml_vec_dot_f16_cols), in OpenMP's barrier waits (libgomp), in the named functions of
+libggml-cpu listed at 0.5% or more, and in the rest of libggml-cpu (the stripped library's unnamed
+static functions: the CPU_BIMM tile kernels above all, and named functions under 0.5%).
+"""
+
+import re
+import sys
+from pathlib import Path
+
+
+def shares(sym: Path, dso: Path) -> dict[str, float]:
+    by_dso = {m[2]: float(m[1]) for m in re.finditer(r"^\s*([\d.]+)%\s+(\S+)\s*$", dso.read_text(), re.M)}
+    attention = named = 0.0
+    for m in re.finditer(r"^\s*([\d.]+)%\s+(\S+)\s+\[.\]\s+(\S+)", sym.read_text(), re.M):
+        pct, lib, name = float(m[1]), m[2], m[3]
+        if "ggml-cpu" not in lib or name.startswith("0x"):
+            continue
+        if name == "ggml_vec_dot_f16_cols":
+            attention += pct
+        else:
+            named += pct
+    cpu = sum(v for k, v in by_dso.items() if "ggml-cpu" in k)
+    gomp = sum(v for k, v in by_dso.items() if "gomp" in k)
+    return {"attention (ggml_vec_dot_f16_cols)": attention, "OpenMP barrier waits": gomp,
+            "other named ggml-cpu functions >= 0.5%": named,
+            "rest of libggml-cpu (tile kernels, small functions)": cpu - attention - named,
+            "outside ggml-cpu and OpenMP": 100.0 - cpu - gomp}
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    folder = Path(sys.argv[1])
+    for sym in sorted(folder.glob("perf-*.txt")):
+        if sym.stem.endswith("-dso"):
+            continue
+        s = shares(sym, sym.with_name(sym.stem + "-dso.txt"))
+        print(f"{sym.stem[5:]}: " + "; ".join(f"{k} {v:.1f}%" for k, v in s.items()))
+
+
+if __name__ == "__main__":
+    main()
