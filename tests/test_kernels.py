@@ -56,6 +56,36 @@ def test_logits_bitwise_equal_for_odd_and_large_batches(request, fixture):
     assert rep.identical, f"{backend.model_id}: max difference {rep.max_abs_diff}"
 
 
+@pytest.mark.parametrize("fixture", ["smol", "gemma"])
+def test_logits_bitwise_equal_across_kv_padding(request, fixture):
+    """Exact numerics pad the K/V cells attention reads to a multiple of 64: after 100 tokens, single
+    steps read 128 cells up to position 127 and 192 after, a batch of 64 reads 192 throughout; the masked
+    cells must add exact zeros (docs/kernels.md)."""
+    from speculative.backends.llama_cpp import EXACT_KV_PAD
+
+    backend = request.getfixturevalue(fixture)
+    assert EXACT_KV_PAD == 64
+    rep = check_batch_invariance(backend, batch_sizes=(5, 29, 64), context=100)
+    assert rep.identical, f"{backend.model_id}: max difference {rep.max_abs_diff}"
+
+
+def test_exact_contexts_are_made_with_the_small_kv_padding(monkeypatch):
+    import os
+
+    from speculative.backends import llama_cpp as lc
+
+    monkeypatch.setenv("LLAMA_KV_N_PAD_MIN", "256")
+    with lc._context_mode(True):
+        assert os.environ["LLAMA_KV_N_PAD_MIN"] == str(lc.EXACT_KV_PAD)
+    assert os.environ["LLAMA_KV_N_PAD_MIN"] == "256"
+    with lc._context_mode(False):
+        assert os.environ["LLAMA_KV_N_PAD_MIN"] == "256"  # fast numerics: llama.cpp's own padding
+    monkeypatch.delenv("LLAMA_KV_N_PAD_MIN")
+    with lc._context_mode(True):
+        pass
+    assert "LLAMA_KV_N_PAD_MIN" not in os.environ
+
+
 @pytest.mark.qwen
 def test_logits_bitwise_equal_qwen_target():
     name = "qwen2.5-coder-1.5b-instruct"

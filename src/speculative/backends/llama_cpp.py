@@ -95,6 +95,32 @@ def _load_mode(exact: bool):
                 os.environ["GGML_CPU_BATCH_INVARIANT"] = old
 
 
+#: exact numerics: attention reads the K/V cells padded to a multiple of 64 (llama.cpp pads to 256 unless
+#: LLAMA_KV_N_PAD_MIN says otherwise; the patch adds that variable): fewer masked cells per forward
+#: (at 600 tokens of context, 640 cells instead of 768). 64 is the F16 dot product's vector step on
+#: x86 (ggml_vec_dot_f16: 64 with AVX-512, 32 with AVX2), so a cell's product lands in the same part of
+#: every pass whatever the padding, and masked cells add exact zeros: batch invariance keeps
+#: (docs/kernels.md); `speculative doctor` checks it on every bundled model.
+EXACT_KV_PAD = 64
+
+
+@contextlib.contextmanager
+def _context_mode(exact: bool):
+    """Context creation with the K/V padding of exact numerics (``LLAMA_KV_N_PAD_MIN``, read by the
+    patched llama.cpp as a context's cache is made; other builds ignore it)."""
+    with _lib_lock:
+        old = os.environ.get("LLAMA_KV_N_PAD_MIN")
+        if exact:
+            os.environ["LLAMA_KV_N_PAD_MIN"] = str(EXACT_KV_PAD)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("LLAMA_KV_N_PAD_MIN", None)
+            else:
+                os.environ["LLAMA_KV_N_PAD_MIN"] = old
+
+
 def system_info() -> str:
     """llama.cpp's build/CPU feature line (e.g. 'AVX2 = 1 | ... | LLAMAFILE = 1')."""
     return _llama().llama_print_system_info().decode("utf-8", "replace").strip()
@@ -222,7 +248,8 @@ class LlamaCppBackend(Backend):
         cp.embeddings = False
         if numerics == "exact":
             cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        ctx = L.llama_init_from_model(model, cp)
+        with _context_mode(numerics == "exact"):
+            ctx = L.llama_init_from_model(model, cp)
         if not ctx:
             self.close()
             raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
