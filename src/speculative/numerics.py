@@ -90,6 +90,10 @@ def cached_batch_invariance(backend, batch_sizes: tuple[int, ...] = (4, 16)) -> 
     """:func:`check_batch_invariance` for a llama.cpp backend, cached per build, model file and batch sizes."""
     path = cache_dir("numerics") / "llama_cpp.json"
     key = f"{_build_key()}|{file_key(backend.path)}|{backend.numerics}"
+    if backend.numerics == "exact":
+        from .backends.llama_cpp import EXACT_KV_PAD
+
+        key += f"|kvpad{EXACT_KV_PAD}"  # the padding decides which cells' sums change with n_kv
     batch_sizes = tuple(batch_sizes)
     if batch_sizes != (4, 16):
         key += "|" + ",".join(map(str, batch_sizes))
