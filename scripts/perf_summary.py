@@ -33,13 +33,22 @@ def shares(sym: Path, dso: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         sys.exit(__doc__)
     folder = Path(sys.argv[1])
-    for sym in sorted(folder.glob("perf-*.txt")):
-        if sym.stem.endswith("-dso"):
-            continue
-        s = shares(sym, sym.with_name(sym.stem + "-dso.txt"))
+    if not folder.is_dir():
+        sys.exit(f"error: {folder} is not a folder")
+    files = [p for p in sorted(folder.glob("perf-*.txt")) if not p.stem.endswith("-dso")]
+    if not files:
+        sys.exit(f"error: no perf-NAME.txt files in {folder} (perf report --sort dso,symbol > perf-NAME.txt)")
+    for sym in files:
+        dso = sym.with_name(sym.stem + "-dso.txt")
+        if not dso.is_file():
+            sys.exit(f"error: {dso} is missing (perf report --sort dso > {dso.name})")
+        s = shares(sym, dso)
+        if s["outside ggml-cpu and OpenMP"] >= 100.0:
+            print(f"warning: {sym.name}: no libggml-cpu or OpenMP samples found; is it a perf report of a forward loop?",
+                  file=sys.stderr)
         print(f"{sym.stem[5:]}: " + "; ".join(f"{k} {v:.1f}%" for k, v in s.items()))
 
 

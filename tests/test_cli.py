@@ -70,6 +70,7 @@ def test_drafter_none_equals_plain_and_no_chat(capsys):
         (["generate", "hi", "--top-p", "1.5"], "top_p"),
         (["generate", "hi", "--top-k", "-2"], "top_k"),
         (["generate", "hi", "--drafter", "bogus"], "unknown drafter type"),
+        (["generate", "hi", "--drafter", "auto,min=2"], "'auto' (the target's recommended drafter) takes no options"),
         (["generate", "hi", "--drafter", "model:gemma-3-270m,vocab=same"], "another tokenizer"),
         (["generate", "hi", "--threads", "0"], "threads"),
         (["generate", "hi", "--threads", "999"], "threads must be between 1 and"),

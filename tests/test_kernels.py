@@ -234,3 +234,16 @@ def test_native_harness_catches_mutations(tmp_path, mutation):
         tried += 1
         assert run.returncode == 1 and run.stdout.rstrip().endswith("FAILED"), f"{name}: {run.stdout}"
     assert tried >= 2
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("value", ["7", "0", "garbage", "", "-64"])
+def test_a_kv_padding_llama_cpp_would_ignore_is_refused_in_fast_numerics(monkeypatch, value):
+    from speculative.backends import load_backend
+    from speculative.errors import ConfigError
+
+    monkeypatch.setenv("LLAMA_KV_N_PAD_MIN", value)
+    with pytest.raises(ConfigError, match="must be a power of two"):
+        load_backend("smollm2-135m-instruct", numerics="fast")
+    monkeypatch.setenv("LLAMA_KV_N_PAD_MIN", "32")  # a power of two is llama.cpp's to use
+    load_backend("smollm2-135m-instruct", numerics="fast", n_ctx=256).close()

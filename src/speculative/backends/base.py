@@ -357,7 +357,7 @@ class Backend(abc.ABC):
             raise ConfigError("the prompt is empty")
         if n_prompt >= self.n_ctx:
             raise ContextOverflowError(
-                f"prompt has {n_prompt} tokens but the target's context window is {self.n_ctx} "
+                f"prompt has {n_prompt} token{'' if n_prompt == 1 else 's'} but the target's context window is {self.n_ctx} "
                 f"(it must leave room for at least one new token; raise --ctx-size)"
             )
 

@@ -177,6 +177,11 @@ class LlamaCppBackend(Backend):
         super().__init__()
         if numerics not in ("exact", "fast"):
             raise ConfigError(f"numerics must be 'exact' or 'fast', got {numerics!r}")
+        pad = os.environ.get("LLAMA_KV_N_PAD_MIN")
+        if numerics == "fast" and pad is not None and not (pad.isdigit() and int(pad) & (int(pad) - 1) == 0 < int(pad)):
+            # llama.cpp would ignore it with a warning in its silenced log (exact numerics set their own value)
+            raise ConfigError(f"LLAMA_KV_N_PAD_MIN={pad!r}: the K/V padding must be a power of two "
+                              "(llama.cpp's default 256)")
         self.path = Path(path)
         self.model_id = model_id or self.path.name
         self.numerics = numerics

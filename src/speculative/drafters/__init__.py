@@ -86,8 +86,12 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     kind, _, name = head.partition(":")
     kind = kind.strip().lower()
     name = name.strip() or None
+    if kind == "auto":
+        raise ConfigError(f"'{spec}': 'auto' (the target's recommended drafter) takes no options or combination; "
+                          "name the drafter to set its options")
     if kind not in DRAFTER_TYPES:
-        raise ConfigError(f"unknown drafter type '{kind}': choose one of {', '.join(sorted(DRAFTER_TYPES))}")
+        raise ConfigError(f"unknown drafter type '{kind}': choose one of {', '.join(sorted(DRAFTER_TYPES))} "
+                          "(or 'auto')")
     t = DRAFTER_TYPES[kind]
     if t.needs_name is True and not name:
         raise ConfigError(f"drafter '{kind}' needs a model: '{kind}:NAME_OR_PATH'")
