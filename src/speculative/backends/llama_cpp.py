@@ -78,21 +78,28 @@ def _init_library(exact: bool, verbose: bool = False) -> None:
 
 
 @contextlib.contextmanager
+def _env_during(name: str, value: str | None):
+    """``name`` set to ``value`` in the environment (None: left as it is) under the library lock, for a
+    llama.cpp call that reads it; the old value (or its absence) is restored afterwards."""
+    with _lib_lock:
+        old = os.environ.get(name)
+        if value is not None:
+            os.environ[name] = value
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
 def _load_mode(exact: bool):
     """Model loading in batch-invariant mode or not (the patched build reads ``GGML_CPU_BATCH_INVARIANT``
     as weights are placed: in that mode the weights its kernels support are repacked into their
     row-interleaved layout, CPU_BIMM, and llama.cpp's batch-dependent repacked layouts decline every
     weight; docs/kernels.md). A loaded model keeps its layout whatever the variable says later."""
-    with _lib_lock:
-        old = os.environ.get("GGML_CPU_BATCH_INVARIANT")
-        os.environ["GGML_CPU_BATCH_INVARIANT"] = "1" if exact else "0"
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("GGML_CPU_BATCH_INVARIANT", None)
-            else:
-                os.environ["GGML_CPU_BATCH_INVARIANT"] = old
+    return _env_during("GGML_CPU_BATCH_INVARIANT", "1" if exact else "0")
 
 
 #: exact numerics: attention reads the K/V cells padded to a multiple of 64 (llama.cpp pads to 256 unless
@@ -104,21 +111,11 @@ def _load_mode(exact: bool):
 EXACT_KV_PAD = 64
 
 
-@contextlib.contextmanager
 def _context_mode(exact: bool):
     """Context creation with the K/V padding of exact numerics (``LLAMA_KV_N_PAD_MIN``, read by the
-    patched llama.cpp as a context's cache is made; other builds ignore it)."""
-    with _lib_lock:
-        old = os.environ.get("LLAMA_KV_N_PAD_MIN")
-        if exact:
-            os.environ["LLAMA_KV_N_PAD_MIN"] = str(EXACT_KV_PAD)
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("LLAMA_KV_N_PAD_MIN", None)
-            else:
-                os.environ["LLAMA_KV_N_PAD_MIN"] = old
+    patched llama.cpp as a context's cache is made; other builds ignore it); fast numerics leave the
+    variable as the user set it."""
+    return _env_during("LLAMA_KV_N_PAD_MIN", str(EXACT_KV_PAD) if exact else None)
 
 
 def system_info() -> str:
