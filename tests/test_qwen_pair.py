@@ -225,6 +225,9 @@ def test_adaptive_policy_drafts_only_where_it_can_pay(qwen_pair, cost, drafts):
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=frozen)  # a new policy: acceptance at its prior
     gen.policy.draft_cost_prior = 0.032
     gen.policy.catchup_rate = 0.002  # seconds per caught-up prompt token (about what it is here)
+    # the request's rate as the frozen table says (1/T(1)), not as this machine's clock: a machine that
+    # decodes faster than 1/0.032 tok/s would rightly find even the flat table unable to pay for 32 ms drafts
+    gen.policy.rate = lambda st, stats: 1.0 / st.cost.time(1)
     t0 = d.model.forward_time_s
     res = gen.generate(CODE_PROMPT, max_new_tokens=32, num_speculative_tokens=4)
     if drafts:
