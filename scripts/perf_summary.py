@@ -3,7 +3,8 @@
 Usage: .venv/bin/python scripts/perf_summary.py FOLDER
 Reads FOLDER/perf-NAME.txt (perf report --sort dso,symbol) and FOLDER/perf-NAME-dso.txt (--sort dso)
 for each NAME and prints the share of samples in attention's F16 dot products
-(ggml_vec_dot_f16_cols), in OpenMP's barrier waits (libgomp), in the named functions of
+(ggml_bimm_f16_dot, the exact contexts' order since the patch's seventh version; ggml_vec_dot_f16_cols
+before it and in fast numerics), in OpenMP's barrier waits (libgomp), in the named functions of
 libggml-cpu listed at 0.5% or more, and in the rest of libggml-cpu (the stripped library's unnamed
 static functions: the CPU_BIMM tile kernels above all, and named functions under 0.5%).
 """
@@ -13,6 +14,10 @@ import sys
 from pathlib import Path
 
 
+#: the functions that compute attention's products with the F16 K/V caches
+ATTENTION = ("ggml_bimm_f16_dot", "ggml_vec_dot_f16_cols")
+
+
 def shares(sym: Path, dso: Path) -> dict[str, float]:
     by_dso = {m[2]: float(m[1]) for m in re.finditer(r"^\s*([\d.]+)%\s+(\S+)\s*$", dso.read_text(), re.M)}
     attention = named = 0.0
@@ -20,13 +25,13 @@ def shares(sym: Path, dso: Path) -> dict[str, float]:
         pct, lib, name = float(m[1]), m[2], m[3]
         if "ggml-cpu" not in lib or name.startswith("0x"):
             continue
-        if name == "ggml_vec_dot_f16_cols":
+        if name in ATTENTION:
             attention += pct
         else:
             named += pct
     cpu = sum(v for k, v in by_dso.items() if "ggml-cpu" in k)
     gomp = sum(v for k, v in by_dso.items() if "gomp" in k)
-    return {"attention (ggml_vec_dot_f16_cols)": attention, "OpenMP barrier waits": gomp,
+    return {"attention (F16 K/V dot products)": attention, "OpenMP barrier waits": gomp,
             "other named ggml-cpu functions >= 0.5%": named,
             "rest of libggml-cpu (tile kernels, small functions)": cpu - attention - named,
             "outside ggml-cpu and OpenMP": 100.0 - cpu - gomp}

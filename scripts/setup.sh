@@ -120,11 +120,12 @@ if ! llama_ok; then
                     $PIP wheel -q --no-cache-dir --no-deps "$srcdir" -w "$BIMM_WHEELS.tmp"
                 rm -rf "$BIMM_WHEELS" && mv "$BIMM_WHEELS.tmp" "$BIMM_WHEELS"
                 # keep the patched ggml headers and the kernel source: tests/native's kernel test compiles
-                # against them, and builds bimm.c for each instruction-set family (AVX-512, AVX2, scalar)
+                # against them, and builds bimm.c and bimm-f16.c for each instruction-set family (AVX-512, AVX2, scalar)
                 rm -rf "$BIMM_SRC" && mkdir -p "$BIMM_SRC/src/ggml-cpu"
                 cp -r "${srcdir}vendor/llama.cpp/ggml/include" "$BIMM_SRC/include"
                 cp "${srcdir}"vendor/llama.cpp/ggml/src/*.h "$BIMM_SRC/src/"
-                cp "${srcdir}"vendor/llama.cpp/ggml/src/ggml-cpu/*.h "${srcdir}vendor/llama.cpp/ggml/src/ggml-cpu/bimm.c" "$BIMM_SRC/src/ggml-cpu/"
+                cp "${srcdir}"vendor/llama.cpp/ggml/src/ggml-cpu/*.h "${srcdir}vendor/llama.cpp/ggml/src/ggml-cpu/bimm.c" \
+                   "${srcdir}vendor/llama.cpp/ggml/src/ggml-cpu/bimm-f16.c" "$BIMM_SRC/src/ggml-cpu/"
                 rm -rf "$work"
                 WHEELS=$BIMM_WHEELS
             else

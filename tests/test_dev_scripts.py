@@ -54,4 +54,30 @@ def test_perf_summary_errors_and_the_committed_files(tmp_path):
     r = _run(sys.executable, script, "docs/bench/kernels-v6-perf-zen4")
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stdout.splitlines() if l.startswith("qwen2.5-coder-1.5b-instruct-n8:"))
-    assert "attention (ggml_vec_dot_f16_cols) 26.8%" in line  # the share docs/kernels.md quotes
+    assert "attention (F16 K/V dot products) 26.8%" in line  # the share docs/kernels.md quotes
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ([], "--out"),
+    (["--out", "x"], "--a and --b are required"),
+    (["--out", "x", "--summary-only"], "no run file A-1.json"),
+    (["--a", "/no/such", "--b", "/no/such", "--out", "x"], "/no/such: not a llama.cpp library folder"),
+    (["--a", "LIB", "--b", "LIB", "--out", "x", "--rounds", "1"], "--rounds must be at least 2"),
+])
+def test_ab_builds_usage_errors(tmp_path, args, fragment):
+    from speculative.kernels import llama_lib_dir
+
+    args = [str(llama_lib_dir()) if a == "LIB" else a for a in args]
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_builds.py"), *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists()  # nothing made before the arguments are checked
+
+
+def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
+    script = str(ROOT / "scripts" / "interleaved_summary.py")
+    r = _run(sys.executable, script, str(tmp_path / "missing.jsonl"))
+    assert r.returncode != 0 and "is not a file" in r.stderr and "Traceback" not in r.stderr
+    r = _run(sys.executable, script, "docs/bench/kernels-v7-zen4/interleaved-qwen1.5b.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "n=1: llama.cpp's time / ours 1.007 (0.971-1.045)" in r.stdout  # the figure docs/kernels.md quotes

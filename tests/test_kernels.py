@@ -24,6 +24,7 @@ import pytest
 
 from speculative.kernels import (
     BIMM_TYPES,
+    bimm_isa,
     cpu_info,
     kernel_info,
     llama_lib_dir,
@@ -70,14 +71,16 @@ def test_logits_bitwise_equal_across_kv_padding(request, fixture):
 
 
 def test_kv_padding_below_the_vector_step_is_caught(monkeypatch):
-    """The check above can fail: padded to 32 cells, on AVX-512 (whose F16 dot product steps by 64) a cell's
-    product moves between the vector loop and the scalar tail as n_kv changes, and batched logits differ."""
+    """The check above can fail: padded to 4 cells, on AVX-512 (whose softmax steps by 16 floats) a cell
+    moves between the softmax's vector loop and its scalar tail as n_kv changes, and batched logits
+    differ. (The caches' dot products, ggml_bimm_f16_dot, are exact for any padding: masked cells add
+    zeros at the end of their lanes.)"""
     if not kernel_info().avx512:
-        pytest.skip("the F16 dot product steps by 32 without AVX-512: a padding of 32 is still exact there")
+        pytest.skip("measured on AVX-512 (a padding of 4 fails there); AVX2's softmax steps by 8")
     from speculative.backends import llama_cpp as lc
     from speculative.backends import load_backend
 
-    monkeypatch.setattr(lc, "EXACT_KV_PAD", 32)
+    monkeypatch.setattr(lc, "EXACT_KV_PAD", 4)
     b = load_backend("smollm2-135m-instruct", n_ctx=4096)
     try:
         rep = check_batch_invariance(b, batch_sizes=(5, 29, 64), context=100)
@@ -101,6 +104,47 @@ def test_exact_contexts_are_made_with_the_small_kv_padding(monkeypatch):
     with lc._context_mode(True):
         pass
     assert "LLAMA_KV_N_PAD_MIN" not in os.environ
+
+
+def test_exact_contexts_flag_their_caches_batch_invariant(monkeypatch):
+    """Exact contexts are made with LLAMA_KV_BATCH_INVARIANT=1 (fast ones with 0, whatever the user set), and
+    the flag takes effect: the same exact model with unflagged caches (llama.cpp's vec_dot_f16 order in
+    attention) gives other logits."""
+    import os
+
+    import numpy as np
+
+    from speculative.backends import llama_cpp as lc
+    from speculative.backends import load_backend
+    from speculative.request import ForwardRequest
+
+    monkeypatch.setenv("LLAMA_KV_BATCH_INVARIANT", "1")
+    with lc._context_mode(True):
+        assert os.environ["LLAMA_KV_BATCH_INVARIANT"] == "1"
+    with lc._context_mode(False):
+        assert os.environ["LLAMA_KV_BATCH_INVARIANT"] == "0"
+    assert os.environ["LLAMA_KV_BATCH_INVARIANT"] == "1"
+    monkeypatch.delenv("LLAMA_KV_BATCH_INVARIANT")
+    if not kernel_info().batch_invariant_mm:
+        pytest.skip("llama-cpp-python is not the batch-invariant build (scripts/setup.sh builds it)")
+
+    def logits():
+        b = load_backend("smollm2-135m-instruct", n_ctx=512, check_numerics=False)
+        try:
+            toks = b.encode("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1)")
+            return np.array(b.forward([ForwardRequest(0, toks, logits="all")])[0].logits, copy=True)
+        finally:
+            b.close()
+
+    flagged = logits()
+    unflagged_mode = lc._context_mode
+    monkeypatch.setattr(lc, "_context_mode", lambda exact: lc._env_during(
+        {"LLAMA_KV_N_PAD_MIN": str(lc.EXACT_KV_PAD), "LLAMA_KV_BATCH_INVARIANT": "0"}))
+    unflagged = logits()
+    monkeypatch.setattr(lc, "_context_mode", unflagged_mode)
+    assert flagged.shape == unflagged.shape
+    assert not np.array_equal(flagged, unflagged)
+    assert np.array_equal(flagged, logits())  # and exact numerics are deterministic
 
 
 @pytest.mark.qwen
@@ -128,46 +172,71 @@ FAMILIES = (
     ("scalar", ["-march=x86-64-v2"], (), "none"),
 )
 
-#: deliberate mutations of bimm.c (text replaced) that the harness must catch
+#: deliberate mutations of the kernel sources (file, text replaced, replacement, the instruction-set
+#: families whose code it changes: "kernels" = every family with SIMD kernels) that the harness must catch
 MUTATIONS = {
     # the two float updates of a Q4_K block in the other order (the canonical order changes)
-    "q4_K float order": ("""const vf f = FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), FLOAD(fb[t]));
+    "q4_K float order": ("bimm.c", """const vf f = FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), FLOAD(fb[t]));
                 FSTORE(fb[t], FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), f));""",
                          """const vf f = FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), FLOAD(fb[t]));
-                FSTORE(fb[t], FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), f));"""),
+                FSTORE(fb[t], FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), f));""", "kernels"),
     # a Q6_K sub-block multiplied by another sub-block's scale
-    "q6_K wrong scale": ("const vi sc = VSRA32(VSLL32(pl, 24 - 8 * k), 24);",
-                         "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * (3 - k)), 24);"),
+    "q6_K wrong scale": ("bimm.c", "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * k), 24);",
+                         "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * (3 - k)), 24);", "kernels"),
     # an error only in tiles of more than 4 tokens
-    "q8_0 batch-dependent": ("const vi  is = Q8_0_FIX(dot[t], ex[t][b]);",
-                             "const vi  is = VADD(Q8_0_FIX(dot[t], ex[t][b]), VSET1(T > 2));"),
+    "q8_0 batch-dependent": ("bimm.c", "const vi  is = Q8_0_FIX(dot[t], ex[t][b]);",
+                             "const vi  is = VADD(Q8_0_FIX(dot[t], ex[t][b]), VSET1(T > 2));", "kernels"),
     # a repacked Q4_1 row unpacks with its scale as its minimum
-    "q4_1 unpack": ("x->m = get_fp16(g + 32, r);", "x->m = get_fp16(g, r);"),
+    "q4_1 unpack": ("bimm.c", "x->m = get_fp16(g + 32, r);", "x->m = get_fp16(g, r);", "all"),
+    # attention's F16 dot products: a partial block's lanes added in another tree, (l, l+4) before (l, l+8)
+    # (the same 16 partial sums, other roundings)
+    "f16 tree order (AVX-512)": (
+        "bimm-f16.c",
+        """    __m512 t = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xEE));  // lanes 0-7: l + (l+8)
+    t        = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0x01));  // lanes 0-3: l + (l+4)""",
+        """    __m512 t = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+    t        = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0x02));""", "AVX512"),
+    # the same with AVX2: neighbouring lanes added first
+    "f16 tree order (AVX2)": (
+        "bimm-f16.c",
+        "const __m256 t = _mm256_add_ps(lo, hi);",
+        "const __m256 t = _mm256_hadd_ps(lo, hi);", "AVX2"),
+    # a full 4 x 4 block's outputs reduced into the wrong places
+    "f16 block scatter": (
+        "bimm-f16.c",
+        "_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));",
+        "_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 0)));", "AVX512"),
 }
+
+#: the kernel sources the harness compiles for each family
+KERNEL_SOURCES = ("bimm.c", "bimm-f16.c")
 
 
 def _harness(tmp_path, family: str, flags: list[str], mutation: str | None = None, graph: bool = False):
-    """Build tests/native/test_batch_invariant_mm.c with bimm.c compiled for ``flags`` (mutated if asked)
-    against the installed libraries; run it. Returns the completed process."""
+    """Build tests/native/test_batch_invariant_mm.c with bimm.c and bimm-f16.c compiled for ``flags`` (one
+    of them mutated if asked) against the installed libraries; run it. Returns the completed process."""
     src = patched_source_dir()
     cc = shutil.which("cc") or shutil.which("gcc")
-    kernel = (src / "src" / "ggml-cpu" / "bimm.c").read_text()
-    if mutation is not None:
-        old, new = MUTATIONS[mutation]
-        assert kernel.count(old) == 1, f"mutation {mutation!r} no longer applies to bimm.c"
-        kernel = kernel.replace(old, new)
-    copy = tmp_path / f"bimm-{family}.c"
-    copy.write_text(kernel)
-    obj = tmp_path / f"bimm-{family}.o"
     inc = [f"-I{src / 'include'}", f"-I{src / 'src'}", f"-I{src / 'src' / 'ggml-cpu'}"]
-    out = subprocess.run([cc, "-O2", "-std=gnu11", *flags, *inc, "-c", str(copy), "-o", str(obj)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    objs = []
+    for name in KERNEL_SOURCES:
+        kernel = (src / "src" / "ggml-cpu" / name).read_text()
+        if mutation is not None and MUTATIONS[mutation][0] == name:
+            _, old, new, _ = MUTATIONS[mutation]
+            assert kernel.count(old) == 1, f"mutation {mutation!r} no longer applies to {name}"
+            kernel = kernel.replace(old, new)
+        copy = tmp_path / f"{family}-{name}"
+        copy.write_text(kernel)
+        obj = copy.with_suffix(".o")
+        out = subprocess.run([cc, "-O2", "-std=gnu11", *flags, *inc, "-c", str(copy), "-o", str(obj)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        objs.append(str(obj))
     lib = llama_lib_dir()
     exe = tmp_path / f"test-{family}"
     harness = ROOT / "tests" / "native" / "test_batch_invariant_mm.c"
     out = subprocess.run([cc, "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", f"-I{src / 'include'}", str(harness),
-                          str(obj), f"-L{lib}", f"-Wl,-rpath,{lib}", "-lggml-cpu", "-lggml-base", "-lggml", "-lm",
+                          *objs, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lggml-cpu", "-lggml-base", "-lggml", "-lm",
                           "-lpthread", "-o", str(exe)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return subprocess.run([str(exe)] + (["--graph"] if graph else []), capture_output=True, text=True, timeout=600)
@@ -179,7 +248,7 @@ def _need_harness():
     if (shutil.which("cc") or shutil.which("gcc")) is None:
         pytest.skip("needs a C compiler")
     src = patched_source_dir()
-    if not (src / "src" / "ggml-cpu" / "bimm.c").is_file():
+    if not all((src / "src" / "ggml-cpu" / name).is_file() for name in KERNEL_SOURCES):
         pytest.skip(f"needs the patched ggml source kept by scripts/setup.sh at {src}")
 
 
@@ -208,6 +277,9 @@ def test_native_kernels_bit_for_bit(tmp_path, family):
             if has_kernels:
                 assert "of 0," not in line, line  # the kernels really ran
     assert "q8_K quantizer mismatches: 0 of 1000" in run.stdout
+    f16 = next(x for x in run.stdout.splitlines() if x.startswith("f16 dot kernel mismatches"))
+    assert f16.startswith("f16 dot kernel mismatches against the canonical order: 0 of ") and f16.endswith(
+        "writes outside: 0") and " of 0," not in f16, f16
     if family == "native":
         for t in BIMM_TYPES:
             name = t[0].lower() + t[1:]  # ggml's type name
@@ -217,23 +289,30 @@ def test_native_kernels_bit_for_bit(tmp_path, family):
         assert "q5_K  CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16   CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16 columns kernel mismatches against vec_dot_f16: 0 of " in run.stdout
+        for k, n in ((128, 9), (100, 5)):
+            assert f"f16   flagged  mul_mat k={k:<3d} n={n:<2d} column mismatches: 0, reference mismatches: 0" in run.stdout
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 def test_native_harness_catches_mutations(tmp_path, mutation):
     """Each deliberate mutation fails the harness in every family that it reaches (the unpack mutation in
-    every family, the kernel mutations in every family with kernels)."""
+    every family, the weight kernels' mutations in every family with kernels, the F16 ones in the families
+    whose code they change)."""
     _need_harness()
+    reaches = MUTATIONS[mutation][3]
     tried = 0
     for name, flags, needs, isa in FAMILIES:
         if not _runnable(needs):
             continue
-        if mutation != "q4_1 unpack" and isa == "none":
+        reported = isa or bimm_isa() or "none"  # the native family: the installed build's
+        if reaches == "kernels" and reported == "none":
             continue  # no kernels in the scalar build
+        if reaches in ("AVX512", "AVX2") and not reported.startswith(reaches):
+            continue
         run = _harness(tmp_path, name, flags, mutation=mutation)
         tried += 1
         assert run.returncode == 1 and run.stdout.rstrip().endswith("FAILED"), f"{name}: {run.stdout}"
-    assert tried >= 2
+    assert tried >= (2 if reaches in ("all", "kernels", "AVX512") else 1)
 
 
 @pytest.mark.quick

@@ -77,8 +77,9 @@ def run_doctor(check_models: bool = True) -> int:
             r.ok("quantized matmul kernels", kinfo.summary + (f"; this build's kernels: {isa}" if isa else ""))
             from .backends.llama_cpp import EXACT_KV_PAD
 
-            r.info("K/V padding", f"attention reads the cells padded to {EXACT_KV_PAD} in exact numerics "
-                   "(LLAMA_KV_N_PAD_MIN; llama.cpp's default 256)")
+            r.info("attention", f"exact numerics: the K/V caches flagged batch-invariant (products in "
+                   f"ggml_bimm_f16_dot's order), cells padded to {EXACT_KV_PAD} (LLAMA_KV_N_PAD_MIN; "
+                   "llama.cpp's default 256)")
         else:
             r.info("quantized matmul kernels", kinfo.summary + "; scripts/setup.sh builds faster batch-invariant ones")
         r.info("threads", f"{default_threads()} by default (physical cores), fewer while other processes keep "

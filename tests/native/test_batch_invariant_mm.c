@@ -1,19 +1,25 @@
 // Bit-exactness test of ggml-cpu's batch-invariant matmul on repacked weights (CPU_BIMM,
-// patches/llama-cpp-batch-invariant.patch: ggml/src/ggml-cpu/bimm.c and bimm-buffer.cpp).
+// patches/llama-cpp-batch-invariant.patch: ggml/src/ggml-cpu/bimm.c and bimm-buffer.cpp) and of its
+// F16 dot products for the attention's caches (bimm-f16.c).
 //
-// 1. Kernel level, against the bimm.c linked into this program (tests/test_kernels.py builds
-//    bimm.c once per instruction-set family: AVX-512 with and without VNNI, AVX2, scalar): for every
+// 1. Kernel level, against the bimm.c and bimm-f16.c linked into this program (tests/test_kernels.py
+//    builds them once per instruction-set family: AVX-512 with and without VNNI, AVX2, scalar): for every
 //    weight type and three weight distributions, ggml_bimm_mul over n tokens, n in 1..17, 31..33 and
 //    64, must equal ggml_bimm_reference (the canonical order in scalar C, on ggml's original layout)
 //    bit for bit for every (row, token), with contiguous and strided activations and outputs, and
 //    write nothing outside its outputs; every repacked row must unpack to its original bytes; the
 //    vectorized Q8_K quantizer must equal ggml's quantize_row_q8_K_ref. A build without kernels
-//    must say so (ggml_bimm_supports false) and still unpack.
+//    must say so (ggml_bimm_supports false) and still unpack. ggml_bimm_f16_dot over any number of
+//    rows and columns (1..17), lengths 1..17, 31..33, 64, 100, 128, 640, strided rows, must equal
+//    ggml_bimm_f16_dot_ref for every (row, column) and write nothing else.
 // 2. Graph level (with --graph, against the installed ggml-cpu): ggml_mul_mat(W, X) with W loaded
 //    into the CPU_BIMM buffer type (GGML_CPU_BATCH_INVARIANT=1) over n tokens, 2 threads, must equal
 //    column by column the same product computed one token at a time and the reference; an
 //    embedding lookup (ggml_get_rows) in CPU_BIMM must equal ggml's dequantization of the original
 //    rows; weight types CPU_BIMM does not take (Q5_K) must stay batch-invariant through vec_dot.
+//    An F16 tensor flagged GGML_TENSOR_FLAG_BATCH_INVARIANT (as llama.cpp's K/V caches of a
+//    batch-invariant context), read through a strided view with grouped-query broadcasting, must
+//    give the same column alone or in a batch, and ggml_bimm_f16_dot_ref's bits.
 //
 // Prints one line per check group, then "kernels: <isa>" and OK or FAILED; exit status 0 when
 // everything matches, 1 otherwise.
@@ -194,6 +200,63 @@ static void check_f16_cols(void) {
     free(yf);
 }
 
+// ggml_bimm_f16_dot (this program's build of bimm-f16.c) against its scalar reference: every block shape
+// and remainder, rows x bx apart (bx > n), each output alone in a buffer whose other cells must keep a
+// sentinel
+static void check_f16_dot(void) {
+    const int lengths[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 31, 32, 33, 64, 100, 128, 640 };
+    const int counts[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17 };
+    const int ncount = (int) (sizeof(counts) / sizeof(counts[0]));
+    const int nmax = 640, rmax = 17, cmax = 17, pad = 5;
+    const size_t bx = nmax + 3;
+    ggml_fp16_t * x = malloc(sizeof(ggml_fp16_t) * bx * rmax);
+    ggml_fp16_t * ys = malloc(sizeof(ggml_fp16_t) * nmax * cmax);
+    float * out = malloc(sizeof(float) * (rmax + 2 * pad) * cmax);
+    long bad = 0, outside = 0, checked = 0;
+    for (int li = 0; li < (int) (sizeof(lengths) / sizeof(lengths[0])); ++li) {
+        const int n = lengths[li];
+        for (int mode = 0; mode < 3; ++mode) {
+            float * tmp = malloc(sizeof(float) * (bx * rmax + nmax * cmax));
+            fill(tmp, bx * rmax + nmax * cmax, mode);
+            for (size_t i = 0; i < bx * rmax; ++i) x[i] = ggml_fp32_to_fp16(tmp[i]);
+            for (int i = 0; i < nmax * cmax; ++i) ys[i] = ggml_fp32_to_fp16(tmp[bx * rmax + i] * (mode ? 1.0f : 20.0f));
+            free(tmp);
+            for (int ri = 0; ri < ncount; ++ri) {
+                for (int ci = 0; ci < ncount; ++ci) {
+                    const int nr = counts[ri], nc = counts[ci];
+                    const ggml_fp16_t * y[17];
+                    float * dst[17];
+                    for (int c = 0; c < nc; ++c) {
+                        y[c] = ys + (size_t) ((c * 7) % cmax) * nmax;  // columns in any order
+                        dst[c] = out + c * (rmax + 2 * pad) + pad;
+                    }
+                    for (int i = 0; i < (rmax + 2 * pad) * cmax; ++i) out[i] = -12345.0f;
+                    ggml_bimm_f16_dot(n, nr, nc, x, bx, y, dst);
+                    for (int c = 0; c < cmax; ++c) {
+                        for (int i = 0; i < rmax + 2 * pad; ++i) {
+                            const int r = i - pad;
+                            const float v = out[c * (rmax + 2 * pad) + i];
+                            if (c < nc && r >= 0 && r < nr) {
+                                const float ref = ggml_bimm_f16_dot_ref(n, x + r * bx, y[c]);
+                                bad += memcmp(&ref, &v, sizeof(float)) != 0;
+                                ++checked;
+                            } else {
+                                outside += v != -12345.0f;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    printf("f16 dot kernel mismatches against the canonical order: %ld of %ld, writes outside: %ld\n", bad, checked,
+           outside);
+    failures += bad + outside;
+    free(x);
+    free(ys);
+    free(out);
+}
+
 // ---- graph level (the installed build) ------------------------------------------------------
 
 struct loaded {
@@ -284,6 +347,69 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
     free(one);
 }
 
+// attention's products with a flagged cache: K (k x m cells x 2 heads, in a buffer of 3 heads' width) read
+// through a view, times 6 query heads x n tokens (3 per K head); each token alone must give its columns of
+// the batch, and every output must be ggml_bimm_f16_dot_ref of the cell and the query rounded to F16
+static void check_flagged_f16(int64_t k, int64_t m, int n) {
+    const int hk = 2, hq = 6, width = 3;
+    struct ggml_init_params cip = { ggml_tensor_overhead() * 2 + sizeof(ggml_fp16_t) * k * width * m + 64, NULL, false };
+    struct ggml_context * cctx = ggml_init(cip);
+    struct ggml_tensor * cache = ggml_new_tensor_2d(cctx, GGML_TYPE_F16, k * width, m);
+    cache->flags |= GGML_TENSOR_FLAG_BATCH_INVARIANT;
+    float * cf = malloc(sizeof(float) * k * width * m);
+    fill(cf, k * width * m, 1);
+    for (int64_t i = 0; i < k * width * m; ++i) ((ggml_fp16_t *) cache->data)[i] = ggml_fp32_to_fp16(cf[i]);
+    free(cf);
+    float * qs = malloc(sizeof(float) * k * n * hq);
+    fill(qs, k * n * hq, 2);
+    float * all = malloc(sizeof(float) * m * n * hq);
+    long col_bad = 0, ref_bad = 0;
+    for (int pass = 0; pass <= n; ++pass) {  // pass 0: all n tokens; pass t: token t alone
+        const int nt = pass == 0 ? n : 1;
+        struct ggml_init_params ip = { 64 * 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * kv = ggml_view_3d(ctx, cache, k, m, hk, cache->nb[1], k * sizeof(ggml_fp16_t), 0);
+        struct ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, nt, hq);
+        for (int h = 0; h < hq; ++h) {
+            for (int t = 0; t < nt; ++t) {
+                const int tok = pass == 0 ? t : pass - 1;
+                memcpy((float *) q->data + (h * nt + t) * k, qs + (h * n + tok) * k, sizeof(float) * k);
+            }
+        }
+        struct ggml_tensor * y = ggml_mul_mat(ctx, kv, q);
+        compute(ctx, y, 2);
+        for (int h = 0; h < hq; ++h) {
+            for (int t = 0; t < nt; ++t) {
+                const float * got = (const float *) y->data + (h * nt + t) * m;
+                if (pass == 0) {
+                    memcpy(all + (h * n + t) * m, got, sizeof(float) * m);
+                } else {
+                    col_bad += memcmp(got, all + (h * n + pass - 1) * m, sizeof(float) * m) != 0;
+                }
+            }
+        }
+        ggml_free(ctx);
+    }
+    ggml_fp16_t * qh = malloc(sizeof(ggml_fp16_t) * k);
+    for (int h = 0; h < hq; ++h) {
+        for (int t = 0; t < n; ++t) {
+            for (int64_t i = 0; i < k; ++i) qh[i] = ggml_fp32_to_fp16(qs[(h * n + t) * k + i]);
+            for (int64_t j = 0; j < m; ++j) {
+                const ggml_fp16_t * cell = (const ggml_fp16_t *) cache->data + j * k * width + (h / (hq / hk)) * k;
+                const float ref = ggml_bimm_f16_dot_ref(k, cell, qh);
+                ref_bad += memcmp(&ref, all + (h * n + t) * m + j, sizeof(float)) != 0;
+            }
+        }
+    }
+    printf("f16   flagged  mul_mat k=%-3d n=%-2d column mismatches: %ld, reference mismatches: %ld\n", (int) k, n,
+           col_bad, ref_bad);
+    failures += col_bad + ref_bad;
+    free(qh);
+    free(qs);
+    free(all);
+    ggml_free(cctx);
+}
+
 // embedding lookups in CPU_BIMM against ggml's dequantization of the original rows
 static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     const size_t rb = ggml_row_size(type, k);
@@ -319,6 +445,7 @@ int main(int argc, char ** argv) {
         check_kernels(kTypes[i], 1536, 48);
     }
     check_quantizer();
+    check_f16_dot();
     if (graph) {
         setenv("GGML_CPU_BATCH_INVARIANT", "1", 1);
         setenv("GGML_CPU_TILED_MM", "0", 1);
@@ -331,6 +458,8 @@ int main(int argc, char ** argv) {
         check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false);  // a type CPU_BIMM does not take: vec_dot
         check_graph(GGML_TYPE_F16, 600, 64, 9, false);   // F16 rows, as the attention's caches
         check_f16_cols();
+        check_flagged_f16(128, 67, 9);  // a head dimension, cells not a multiple of the 4-row blocks
+        check_flagged_f16(100, 40, 5);  // a length with a partial last step
     }
     const char * isa = ggml_bimm_isa();
     printf("kernels: %s\n", isa ? isa : "none");

@@ -78,20 +78,22 @@ def _init_library(exact: bool, verbose: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def _env_during(name: str, value: str | None):
-    """``name`` set to ``value`` in the environment (None: left as it is) under the library lock, for a
-    llama.cpp call that reads it; the old value (or its absence) is restored afterwards."""
+def _env_during(values: dict[str, str | None]):
+    """Each variable set to its value in the environment (None: left as it is) under the library lock,
+    for a llama.cpp call that reads them; the old values (or their absence) are restored afterwards."""
     with _lib_lock:
-        old = os.environ.get(name)
-        if value is not None:
-            os.environ[name] = value
+        old = {name: os.environ.get(name) for name in values}
+        for name, value in values.items():
+            if value is not None:
+                os.environ[name] = value
         try:
             yield
         finally:
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+            for name, value in old.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _load_mode(exact: bool):
@@ -99,23 +101,26 @@ def _load_mode(exact: bool):
     as weights are placed: in that mode the weights its kernels support are repacked into their
     row-interleaved layout, CPU_BIMM, and llama.cpp's batch-dependent repacked layouts decline every
     weight; docs/kernels.md). A loaded model keeps its layout whatever the variable says later."""
-    return _env_during("GGML_CPU_BATCH_INVARIANT", "1" if exact else "0")
+    return _env_during({"GGML_CPU_BATCH_INVARIANT": "1" if exact else "0"})
 
 
 #: exact numerics: attention reads the K/V cells padded to a multiple of 64 (llama.cpp pads to 256 unless
 #: LLAMA_KV_N_PAD_MIN says otherwise; the patch adds that variable): fewer masked cells per forward
-#: (at 600 tokens of context, 640 cells instead of 768). 64 is the F16 dot product's vector step on
-#: x86 (ggml_vec_dot_f16: 64 with AVX-512, 32 with AVX2), so a cell's product lands in the same part of
-#: every pass whatever the padding, and masked cells add exact zeros: batch invariance keeps
-#: (docs/kernels.md); `speculative doctor` checks it on every bundled model.
+#: (at 600 tokens of context, 640 cells instead of 768). Masked cells add exact zeros at the end of each
+#: lane of the caches' dot products (ggml_bimm_f16_dot: 16 lanes) and whole vectors of zeros to the
+#: softmax's sums (16 floats with AVX-512, 8 with AVX2), so batch invariance keeps whatever the padding
+#: above that (docs/kernels.md); `speculative doctor` checks it on every bundled model.
 EXACT_KV_PAD = 64
 
 
 def _context_mode(exact: bool):
-    """Context creation with the K/V padding of exact numerics (``LLAMA_KV_N_PAD_MIN``, read by the
-    patched llama.cpp as a context's cache is made; other builds ignore it); fast numerics leave the
-    variable as the user set it."""
-    return _env_during("LLAMA_KV_N_PAD_MIN", str(EXACT_KV_PAD) if exact else None)
+    """Context creation for exact numerics: the K/V padding (``LLAMA_KV_N_PAD_MIN``) and the caches
+    flagged batch-invariant (``LLAMA_KV_BATCH_INVARIANT=1``: attention's products with them take
+    ggml_bimm_f16_dot's order, whatever the batch size). The patched llama.cpp reads both as a context's
+    cache is made; other builds ignore them. Fast numerics keep llama.cpp's attention products and leave
+    the padding as the user set it."""
+    return _env_during({"LLAMA_KV_N_PAD_MIN": str(EXACT_KV_PAD) if exact else None,
+                        "LLAMA_KV_BATCH_INVARIANT": "1" if exact else "0"})
 
 
 def system_info() -> str:
