@@ -256,6 +256,7 @@ def test_lazy_prefill_is_weighed_against_the_gain(qwen_pair, catchup_rate, expec
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=FrozenCost.from_dict(FLAT.to_dict()))
     p = gen.policy  # a new policy: no measured saving from earlier tests
     p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, catchup_rate, 4, 1
+    p.rate = lambda st, stats: 1.0 / st.cost.time(1)  # the frozen table's rate, not this machine's clock
     ids = gen.encode_prompt(LONG_PROMPT)
     assert 150 < len(ids) <= 400
     ref = SpeculativeGenerator(qwen_pair.target).generate(ids, max_new_tokens=24).token_ids
@@ -298,6 +299,7 @@ def test_measured_saving_caps_the_catchup(qwen_pair):
     p = gen.policy
     p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, 0.001, 40, 1
     p.saving, p.measure_net, p.silent_s = -0.001, -0.001, 0.0  # measured: it lost 1 ms
+    p.rate = lambda st, stats: 1.0 / st.cost.time(1)  # the frozen table's rate, not this machine's clock
     t0 = d.model.forward_time_s
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)
     assert res.stats.draft_tokens == 0 and d.model.forward_time_s == t0

@@ -37,10 +37,19 @@ def real_rows(smol, smol_weak_path, prompts10):
         ids = gen.encode_prompt(prompts10[0]["turns"][0])
         cont = gen.generate(ids, max_new_tokens=12, draft_policy="fixed").token_ids
         seq = ids + cont
+        # the first 3 positions (of the prompt's end and the continuation) where p and q differ, but not
+        # entirely, under every sampling setting below: where both put all their mass on one token the check
+        # would pass whatever the verifier did
+        settings = [Sampler(SamplingParams(temperature=1.0, top_k=40)), Sampler(SamplingParams(temperature=0.7, top_p=0.9)),
+                    Sampler(SamplingParams(temperature=1.0))]
         rows = []
-        for cut in (len(ids), len(ids) + 4, len(ids) + 10):
-            rows.append((_next_logits(smol, seq[:cut]), _next_logits(drafter.model, seq[:cut])))
-        return rows
+        for cut in [len(ids) + k for k in (0, 4, 10, 2, 6, 8, 1, 3, 5, 7, 9, 11, 12)]:
+            tl, dl = _next_logits(smol, seq[:cut]), _next_logits(drafter.model, seq[:cut])
+            if all(0.02 < 0.5 * np.abs(s.probs(tl) - s.probs(dl)).sum() < 0.98 for s in settings):
+                rows.append((tl, dl))
+            if len(rows) == 3:
+                return rows
+        raise AssertionError(f"only {len(rows)} positions where the target and draft distributions differ")
     finally:
         drafter.close()
 
