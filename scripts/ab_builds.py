@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from speculative.bench.report import geometric_mean_ci  # noqa: E402  (the bench's own interval)
+
 LIBS = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
 
 
@@ -45,20 +47,6 @@ def install(src: Path, dst: Path) -> None:
             tmp = dst / f".{f.name}.ab-tmp"
             shutil.copy2(f, tmp, follow_symlinks=True)
             tmp.replace(dst / f.name)
-
-
-def t_interval(ratios: list[float]) -> tuple[float, float, float]:
-    """Geometric mean of the ratios and a 95% t-interval (on their logarithms)."""
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios]
-    n = len(logs)
-    mean = sum(logs) / n
-    if n < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +109,7 @@ def summarize(args, sizes: list[int]) -> int:
     for n in sizes:
         ta = [json.loads((args.out / f"A-{i}.json").read_text())["t_ms"][str(n)] for i in range(1, args.rounds + 1)]
         tb = [json.loads((args.out / f"B-{i}.json").read_text())["t_ms"][str(n)] for i in range(1, args.rounds + 1)]
-        g, lo, hi = t_interval([a / b for a, b in zip(ta, tb)])
+        g, lo, hi = geometric_mean_ci([a / b for a, b in zip(ta, tb)])
         lines.append(f"T({n}) ms  A: {' / '.join(f'{x:.1f}' for x in ta)}")
         lines.append(f"T({n}) ms  B: {' / '.join(f'{x:.1f}' for x in tb)}")
         lines.append(f"T({n}) A/B: {g:.3f}x ({lo:.3f}-{hi:.3f})")

@@ -9,9 +9,11 @@ ours is faster), its geometric mean over the rounds and a 95% t-interval (on the
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from speculative.bench.report import geometric_mean_ci  # noqa: E402  (the bench's own interval)
 
 
 def main() -> None:
@@ -35,23 +37,18 @@ def main() -> None:
                 r[f"ours n={n}"] = round(t, 1)
     if not rounds:
         sys.exit(f"error: {path} holds no rounds")
-    from scipy import stats
-
     print("llama-bench (llama.cpp default build) vs ours (exact), per round: single-token step ms, 512-token prefill ms")
     for k in sorted(rounds):
         print(k, dict(sorted(rounds[k].items())))
     for n in ("1", "512"):
-        logs = [math.log(r[f"peer n={n}"] / r[f"ours n={n}"]) for r in rounds.values()
-                if f"peer n={n}" in r and f"ours n={n}" in r]
-        if len(logs) < 2:
+        ratios = [r[f"peer n={n}"] / r[f"ours n={n}"] for r in rounds.values()
+                  if f"peer n={n}" in r and f"ours n={n}" in r]
+        if len(ratios) < 2:
             print(f"n={n}: fewer than 2 paired rounds")
             continue
-        m = sum(logs) / len(logs)
-        sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
-        half = stats.t.ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
-        print(f"n={n}: llama.cpp's time / ours {math.exp(m):.3f} ({math.exp(m - half):.3f}-{math.exp(m + half):.3f}), "
-              f"geometric mean of {len(logs)} paired rounds, 95% t-interval")
-
+        g, lo, hi = geometric_mean_ci(ratios)
+        print(f"n={n}: llama.cpp's time / ours {g:.3f} ({lo:.3f}-{hi:.3f}), "
+              f"geometric mean of {len(ratios)} paired rounds, 95% t-interval")
 
 if __name__ == "__main__":
     main()
