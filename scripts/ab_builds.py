@@ -40,13 +40,19 @@ def lib_dir() -> Path:
 
 
 def install(src: Path, dst: Path) -> None:
-    """Put every file of src (symlinks followed) in place of dst's file of the same name: a new file renamed
-    over the old one, so that a process that has the old library mapped keeps it intact."""
+    """Put every library of src (symlinks followed) in place of dst's file of the same name, and of dst's
+    versioned names of it that src lacks (libllama.so loads libggml.so.0 by its soname, so a folder of
+    unversioned names must replace the versioned files too): a new file renamed over the old one, so that a
+    process that has the old library mapped keeps it intact."""
     for f in src.iterdir():
-        if f.is_file():
-            tmp = dst / f".{f.name}.ab-tmp"
+        if not f.is_file():
+            continue
+        names = [f.name] + sorted(d.name for d in dst.iterdir()
+                                  if d.name.startswith(f.name + ".") and not (src / d.name).exists())
+        for name in names:
+            tmp = dst / f".{name}.ab-tmp"
             shutil.copy2(f, tmp, follow_symlinks=True)
-            tmp.replace(dst / f.name)
+            tmp.replace(dst / name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,11 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b", type=Path, help="folder with build B's libraries")
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--sizes", default="1,8", help="forward sizes (default 1,8)")
-    ap.add_argument("--rounds", type=int, default=6, help="alternations A, B (default 6)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="alternations A, B (default 6; with --summary-only: every round in --out)")
     ap.add_argument("--out", required=True, type=Path, help="folder for the run files (created)")
     ap.add_argument("--summary-only", action="store_true",
                     help="no runs: recompute summary.txt from the run files already in --out")
     args = ap.parse_args(argv)
+    if args.summary_only:
+        found = 0
+        while all((args.out / f"{v}-{found + 1}.json").is_file() for v in "AB"):
+            found += 1
+        if args.rounds is None:
+            if found < 2:
+                ap.error(f"{args.out}: holds {found} paired rounds (A-1.json, B-1.json, ...); a summary needs 2")
+            args.rounds = found
+        elif args.rounds != found and found >= 2:
+            ap.error(f"{args.out}: holds {found} paired rounds, not {args.rounds} (leave --rounds out to use them all)")
+    elif args.rounds is None:
+        args.rounds = 6
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (a confidence interval needs two paired rounds)")
     try:
@@ -78,12 +97,28 @@ def main(argv: list[str] | None = None) -> int:
             missing = [n for n in LIBS if not (side / n).exists()]
             if missing:
                 ap.error(f"{side}: not a llama.cpp library folder (missing {', '.join(missing)})")
-        run_rounds(args)
-    return summarize(args, sizes)
+        try:
+            run_rounds(args)
+        except subprocess.CalledProcessError as e:
+            raise SystemExit(f"error: speculative profile failed (exit code {e.returncode}); the libraries "
+                             f"installed before were put back; run files so far in {args.out}") from None
+    try:
+        return summarize(args, sizes)
+    except RunFileError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def run_rounds(args) -> None:
+    created = not args.out.exists()
     args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        _run_rounds(args)
+    finally:
+        if created and not any(args.out.iterdir()):
+            args.out.rmdir()  # nothing was written: leave no empty folder behind
+
+
+def _run_rounds(args) -> None:
     dst = lib_dir()
     exe = Path(sys.executable).parent / "speculative"
     with tempfile.TemporaryDirectory() as keep:
@@ -102,13 +137,32 @@ def run_rounds(args) -> None:
             install(saved, dst)
 
 
+class RunFileError(Exception):
+    """A run file that cannot be read, is not a profile's JSON, or lacks a size's time."""
+
+
+def t_ms(path: Path, n: int) -> float:
+    """T(n) in ms from one profile run file. Raises RunFileError naming the file."""
+    try:
+        t = json.loads(path.read_text())["t_ms"][str(n)]
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunFileError(f"{path}: cannot read it ({e})") from None
+    except json.JSONDecodeError as e:
+        raise RunFileError(f"{path}: not a profile JSON file ({e})") from None
+    except (KeyError, TypeError):
+        raise RunFileError(f"{path}: holds no T({n}) (run with --sizes including {n}?)") from None
+    if not isinstance(t, (int, float)) or not t > 0:
+        raise RunFileError(f"{path}: T({n}) = {t!r} is not a positive time")
+    return float(t)
+
+
 def summarize(args, sizes: list[int]) -> int:
     lines = [f"A: {args.a or '(see command.txt)'}", f"B: {args.b or '(see command.txt)'}", f"target {args.target}; {args.rounds} alternating rounds; "
              "T(n) per run: the profile's median over 2 rounds of 5 forwards; ratio A/B (above 1: B faster), "
              "geometric mean over rounds, 95% t-interval", ""]
     for n in sizes:
-        ta = [json.loads((args.out / f"A-{i}.json").read_text())["t_ms"][str(n)] for i in range(1, args.rounds + 1)]
-        tb = [json.loads((args.out / f"B-{i}.json").read_text())["t_ms"][str(n)] for i in range(1, args.rounds + 1)]
+        ta = [t_ms(args.out / f"A-{i}.json", n) for i in range(1, args.rounds + 1)]
+        tb = [t_ms(args.out / f"B-{i}.json", n) for i in range(1, args.rounds + 1)]
         g, lo, hi = geometric_mean_ci([a / b for a, b in zip(ta, tb)])
         lines.append(f"T({n}) ms  A: {' / '.join(f'{x:.1f}' for x in ta)}")
         lines.append(f"T({n}) ms  B: {' / '.join(f'{x:.1f}' for x in tb)}")

@@ -22,19 +22,33 @@ def main() -> None:
     path = Path(sys.argv[1])
     if not path.is_file():
         sys.exit(f"error: {path} is not a file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit(f"error: {path}: cannot read it ({e})")
     rounds: dict[int, dict[str, float]] = {}
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        r = rounds.setdefault(d["round"], {})
-        if d["peer"].startswith("llama-bench"):
-            if d.get("n_gen"):
-                r["peer n=1"] = round(1000.0 / d["avg_ts"], 1)
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            r = rounds.setdefault(d["round"], {})
+            if d["peer"].startswith("llama-bench"):
+                if d.get("n_gen"):
+                    r["peer n=1"] = round(1000.0 / d["avg_ts"], 1)
+                else:
+                    r["peer n=512"] = round(d["avg_ns"] / 1e6, 1)
             else:
-                r["peer n=512"] = round(d["avg_ns"] / 1e6, 1)
-        else:
-            prof = d["profile"]
-            for n, t in prof["t_ms"].items():
-                r[f"ours n={n}"] = round(t, 1)
+                for n, t in d["profile"]["t_ms"].items():
+                    r[f"ours n={n}"] = round(t, 1)
+        except json.JSONDecodeError as e:
+            sys.exit(f"error: {path}, line {i}: not JSON ({e})")
+        except (KeyError, TypeError, AttributeError) as e:
+            sys.exit(f"error: {path}, line {i}: not a record of decode_vs_llama_bench.sh (no {e})")
+        except ZeroDivisionError:
+            sys.exit(f"error: {path}, line {i}: llama-bench's rate is 0")
+        if any(not v > 0 for v in r.values()):
+            sys.exit(f"error: {path}, line {i}: a time that is not positive")
     if not rounds:
         sys.exit(f"error: {path} holds no rounds")
     print("llama-bench (llama.cpp default build) vs ours (exact), per round: single-token step ms, 512-token prefill ms")

@@ -127,6 +127,18 @@ def test_doctor_reports_exact_build(capsys):
     assert "bitwise identical" in out and "verdict: all good" in out
 
 
+def test_doctor_flags_a_build_without_the_attention_kernel(capsys, monkeypatch):
+    """A build older than the patch's seventh version (no ggml_bimm_f16_dot) is named as a problem, with the fix."""
+    from speculative import kernels
+
+    if not kernels.kernel_info().batch_invariant_mm:
+        pytest.skip("llama-cpp-python is not the batch-invariant build (scripts/setup.sh builds it)")
+    monkeypatch.setattr(kernels, "has_batch_invariant_attention", lambda: False)
+    code, out, _ = run_cli(capsys, "doctor", "--quick")
+    line = next(l for l in out.splitlines() if "attention" in l and "ggml_bimm_f16_dot" in l)
+    assert "not batch-invariant" in line and "verdict: all good" not in out
+
+
 def test_make_drafter(capsys, tmp_path):
     out = tmp_path / "d.gguf"
     code, text, err = run_cli(capsys, "make-drafter", "--output", str(out), "--quant", "q4_0", "--drop-layers", "6")

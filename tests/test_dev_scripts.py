@@ -60,7 +60,7 @@ def test_perf_summary_errors_and_the_committed_files(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     ([], "--out"),
     (["--out", "x"], "--a and --b are required"),
-    (["--out", "x", "--summary-only"], "no run file A-1.json"),
+    (["--out", "x", "--summary-only"], "holds 0 paired rounds"),
     (["--a", "/no/such", "--b", "/no/such", "--out", "x"], "/no/such: not a llama.cpp library folder"),
     (["--a", "LIB", "--b", "LIB", "--out", "x", "--rounds", "1"], "--rounds must be at least 2"),
 ])
@@ -74,6 +74,82 @@ def test_ab_builds_usage_errors(tmp_path, args, fragment):
     assert not (tmp_path / "x").exists()  # nothing made before the arguments are checked
 
 
+def _ab(tmp_path, *args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_builds.py"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_ab_builds_summary_of_bad_run_files(tmp_path):
+    """--summary-only: every round found by default, a wrong --rounds refused, and each unreadable run file
+    named in one line (summary.txt left as it was)."""
+    import json
+    import shutil
+
+    out = tmp_path / "ab"
+    shutil.copytree(ROOT / "docs" / "bench" / "kernels-v8-zen4" / "ab-qwen1.5b", out)
+    before = (out / "summary.txt").read_text()
+    r = _ab(tmp_path, "--out", str(out), "--summary-only", "--rounds", "3")
+    assert r.returncode == 2 and "holds 6 paired rounds, not 3" in r.stderr, r.stderr
+    assert (out / "summary.txt").read_text() == before
+    r = _ab(tmp_path, "--out", str(out), "--summary-only")
+    assert r.returncode == 0 and "T(1) A/B:" in r.stdout, r.stderr
+    assert (out / "summary.txt").read_text().splitlines()[2:] == before.splitlines()[2:]
+    good = (out / "B-2.json").read_text()
+    for bad, fragment in [("{not json", "not a profile JSON file"),
+                          (json.dumps({"t_ms": {"1": 30.0}}), "holds no T(8)"),
+                          (json.dumps({"t_ms": {"1": 30.0, "8": 0}}), "T(8) = 0 is not a positive time"),
+                          (b"\xff\xfe", "cannot read it")]:
+        (out / "B-2.json").write_bytes(bad if isinstance(bad, bytes) else bad.encode())
+        r = _ab(tmp_path, "--out", str(out), "--summary-only")
+        assert r.returncode == 1 and "B-2.json" in r.stderr and fragment in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    (out / "B-2.json").write_text(good)
+
+
+def test_ab_builds_installs_versioned_names_too(tmp_path):
+    """A folder of unversioned libraries also replaces the versioned files the loader opens by soname."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from ab_builds import install
+    finally:
+        sys.path.pop(0)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "libggml.so").write_text("new")
+    (src / "libllama.so.0").write_text("new llama")
+    for name in ("libggml.so", "libggml.so.0", "libggml.so.0.25.3", "libllama.so", "libllama.so.0", "libggml-cpu.so.0"):
+        (dst / name).write_text("old")
+    install(src, dst)
+    got = {f.name: f.read_text() for f in dst.iterdir()}
+    assert got == {"libggml.so": "new", "libggml.so.0": "new", "libggml.so.0.25.3": "new", "libllama.so": "old",
+                   "libllama.so.0": "new llama", "libggml-cpu.so.0": "old"}
+
+
+def test_ab_builds_a_failing_profile_is_one_line_and_restores_the_libraries(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import ab_builds
+    finally:
+        sys.path.pop(0)
+    a, b, lib = tmp_path / "a", tmp_path / "b", tmp_path / "lib"
+    for d in (a, b, lib):
+        d.mkdir()
+        for n in ab_builds.LIBS:
+            (d / n).write_text(d.name)
+    monkeypatch.setattr(ab_builds, "lib_dir", lambda: lib)
+
+    def fail(*args, **kwargs):
+        raise subprocess.CalledProcessError(3, args[0])
+
+    monkeypatch.setattr(ab_builds.subprocess, "run", fail)
+    with pytest.raises(SystemExit) as e:
+        ab_builds.main(["--a", str(a), "--b", str(b), "--out", str(tmp_path / "out")])
+    assert "speculative profile failed (exit code 3)" in str(e.value)
+    assert all((lib / n).read_text() == "lib" for n in ab_builds.LIBS)
+    assert not (tmp_path / "out").exists()  # no empty run folder left behind
+
+
 def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
     script = str(ROOT / "scripts" / "interleaved_summary.py")
     r = _run(sys.executable, script, str(tmp_path / "missing.jsonl"))
@@ -81,3 +157,15 @@ def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
     r = _run(sys.executable, script, "docs/bench/kernels-v7-zen4/interleaved-qwen1.5b.jsonl")
     assert r.returncode == 0, r.stderr
     assert "n=1: llama.cpp's time / ours 1.007 (0.971-1.045)" in r.stdout  # the figure docs/kernels.md quotes
+    good = (ROOT / "docs/bench/kernels-v7-zen4/interleaved-qwen1.5b.jsonl").read_text()
+    f = tmp_path / "run.jsonl"
+    f.write_text(good + "\n\n")  # trailing blank lines are fine
+    r = _run(sys.executable, script, str(f))
+    assert r.returncode == 0 and "1.007 (0.971-1.045)" in r.stdout, r.stderr
+    first = good.splitlines()[0]
+    for bad, fragment in [("{not json", "line 2: not JSON"), ('{"round": 1}', "line 2: not a record"),
+                          ('{"round": 1, "peer": "llama-bench", "n_gen": 64, "avg_ts": 0}', "line 2: llama-bench's rate is 0"),
+                          ('{"round": 1, "peer": "ours", "profile": {"t_ms": {"1": 0}}}', "line 2: a time that is not positive")]:
+        f.write_text(first + "\n" + bad + "\n")
+        r = _run(sys.executable, script, str(f))
+        assert r.returncode == 1 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr

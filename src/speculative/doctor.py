@@ -69,7 +69,7 @@ def run_doctor(check_models: bool = True) -> int:
         r.ok("flash attention", "disabled in exact numerics (the default); 'auto' would enable it on CPU")
         r.ok("llama.cpp's repacked weights and tiled K-quant matmul",
              "off in exact numerics (GGML_CPU_BATCH_INVARIANT=1 at load, GGML_CPU_TILED_MM=0)")
-        from .kernels import bimm_isa, parse_system_info
+        from .kernels import bimm_isa, has_batch_invariant_attention, parse_system_info
 
         kinfo = parse_system_info(info)
         if kinfo.batch_invariant_mm:
@@ -77,9 +77,13 @@ def run_doctor(check_models: bool = True) -> int:
             r.ok("quantized matmul kernels", kinfo.summary + (f"; this build's kernels: {isa}" if isa else ""))
             from .backends.llama_cpp import EXACT_KV_PAD
 
-            r.info("attention", f"exact numerics: the K/V caches flagged batch-invariant (products in "
-                   f"ggml_bimm_f16_dot's order), cells padded to {EXACT_KV_PAD} (LLAMA_KV_N_PAD_MIN; "
-                   "llama.cpp's default 256)")
+            if has_batch_invariant_attention():
+                r.ok("attention", f"exact numerics: the K/V caches flagged batch-invariant (products in "
+                     f"ggml_bimm_f16_dot's order), cells padded to {EXACT_KV_PAD} (LLAMA_KV_N_PAD_MIN; "
+                     "llama.cpp's default 256)")
+            else:
+                r.bad("attention", "this build has no ggml_bimm_f16_dot (a patch older than the seventh "
+                      "version): exact contexts' K/V products are not batch-invariant", SETUP_HINT)
         else:
             r.info("quantized matmul kernels", kinfo.summary + "; scripts/setup.sh builds faster batch-invariant ones")
         r.info("threads", f"{default_threads()} by default (physical cores), fewer while other processes keep "

@@ -174,6 +174,13 @@ def bimm_isa() -> str | None:
     return out.decode() if out else None
 
 
+def has_batch_invariant_attention() -> bool:
+    """Whether the build has the patch's attention kernel (``ggml_bimm_f16_dot``, bimm-f16.c, the seventh
+    version on), which exact contexts use for their K/V products; False for older or unpatched builds."""
+    lib = _ggml_cpu()
+    return lib is not None and getattr(lib, "ggml_bimm_f16_dot", None) is not None
+
+
 def read_bandwidth(threads: int, nbytes: int = 1 << 30, rounds: int = 5) -> float | None:
     """Bytes per second that ``threads`` threads read from a buffer of ``nbytes`` (far larger than the
     caches), each its own contiguous part with the kernels' vector loads; the median of ``rounds`` passes.

@@ -32,6 +32,10 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <threads.h>
+#if defined(__GLIBC__)
+#    include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +261,48 @@ static void check_f16_dot(void) {
     free(out);
 }
 
+// ---- the per-thread column buffer of ggml_bimm_f16_dot is freed when its thread exits ----------------------
+
+#define LEAK_THREADS 8
+#define LEAK_N       (1 << 17)  // 16 columns of 128k floats: 8 MiB per thread's buffer
+
+static int leak_worker(void * arg) {
+    const ggml_fp16_t * v = arg;
+    const ggml_fp16_t * y[16];
+    float out[16], * dst[16];
+    for (int c = 0; c < 16; ++c) {
+        y[c]   = v;
+        dst[c] = out + c;
+    }
+    ggml_bimm_f16_dot(LEAK_N, 1, 16, v, LEAK_N, y, dst);
+    return 0;
+}
+
+static void check_f16_buffer_freed(void) {
+#if defined(__GLIBC__)
+    ggml_fp16_t * v = calloc(LEAK_N, sizeof(ggml_fp16_t));
+    leak_worker(v);  // this thread's buffer, and glibc's arenas, before measuring
+    const struct mallinfo2 before = mallinfo2();
+    for (int round = 0; round < 4; ++round) {  // thread pools made and ended, as ggml's are without OpenMP
+        thrd_t t[LEAK_THREADS];
+        for (int i = 0; i < LEAK_THREADS; ++i) {
+            thrd_create(&t[i], leak_worker, v);
+        }
+        for (int i = 0; i < LEAK_THREADS; ++i) {
+            thrd_join(t[i], NULL);
+        }
+    }
+    const struct mallinfo2 after = mallinfo2();
+    const long grown = (long) ((after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd));
+    const long limit = 4L << 20;  // 32 threads' buffers would be 256 MiB
+    printf("f16 column buffers of ended threads still allocated: %ld bytes (limit %ld)\n", grown, limit);
+    failures += grown > limit;
+    free(v);
+#else
+    printf("f16 column buffers of ended threads: not measured (needs glibc's mallinfo2)\n");
+#endif
+}
+
 // ---- graph level (the installed build) ------------------------------------------------------
 
 struct loaded {
@@ -446,6 +492,7 @@ int main(int argc, char ** argv) {
     }
     check_quantizer();
     check_f16_dot();
+    check_f16_buffer_freed();
     if (graph) {
         setenv("GGML_CPU_BATCH_INVARIANT", "1", 1);
         setenv("GGML_CPU_TILED_MM", "0", 1);
