@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -67,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary-only", action="store_true",
                     help="no runs: recompute summary.txt from the run files already in --out")
     args = ap.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out}: exists and is not a folder")
     if args.summary_only:
+        if not args.out.is_dir():
+            ap.error(f"--out {args.out}: no such folder (--summary-only reads the run files in it)")
         found = 0
         while all((args.out / f"{v}-{found + 1}.json").is_file() for v in "AB"):
             found += 1
@@ -99,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"{side}: not a llama.cpp library folder (missing {', '.join(missing)})")
         try:
             run_rounds(args)
-        except subprocess.CalledProcessError as e:
-            raise SystemExit(f"error: speculative profile failed (exit code {e.returncode}); the libraries "
-                             f"installed before were put back; run files so far in {args.out}") from None
+        except (subprocess.CalledProcessError, OSError) as e:
+            what = f"exit code {e.returncode}" if isinstance(e, subprocess.CalledProcessError) else str(e)
+            kept = f"; run files so far in {args.out}" if args.out.is_dir() else ""
+            raise SystemExit(f"error: speculative profile failed ({what}); the libraries installed before were "
+                             f"put back{kept}") from None
     try:
         return summarize(args, sizes)
     except RunFileError as e:
@@ -109,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_rounds(args) -> None:
-    created = not args.out.exists()
+    made = [d for d in [args.out, *args.out.parents] if not d.exists()]  # the folders this run creates
     args.out.mkdir(parents=True, exist_ok=True)
     try:
         _run_rounds(args)
     finally:
-        if created and not any(args.out.iterdir()):
-            args.out.rmdir()  # nothing was written: leave no empty folder behind
+        for d in made:  # innermost first: nothing was written, so leave no empty folders behind
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
 
 
 def _run_rounds(args) -> None:
@@ -151,8 +159,8 @@ def t_ms(path: Path, n: int) -> float:
         raise RunFileError(f"{path}: not a profile JSON file ({e})") from None
     except (KeyError, TypeError):
         raise RunFileError(f"{path}: holds no T({n}) (run with --sizes including {n}?)") from None
-    if not isinstance(t, (int, float)) or not t > 0:
-        raise RunFileError(f"{path}: T({n}) = {t!r} is not a positive time")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not (t > 0 and math.isfinite(t)):
+        raise RunFileError(f"{path}: T({n}) = {t!r} is not a positive, finite time")
     return float(t)
 
 

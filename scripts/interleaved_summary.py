@@ -9,6 +9,7 @@ ours is faster), its geometric mean over the rounds and a 95% t-interval (on the
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,28 +28,37 @@ def main() -> None:
     except (OSError, UnicodeDecodeError) as e:
         sys.exit(f"error: {path}: cannot read it ({e})")
     rounds: dict[int, dict[str, float]] = {}
+
+    def number(x) -> float:  # a positive, finite number, or ValueError
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not (x > 0 and math.isfinite(x)):
+            raise ValueError(repr(x))
+        return float(x)
+
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-            r = rounds.setdefault(d["round"], {})
-            if d["peer"].startswith("llama-bench"):
-                if d.get("n_gen"):
-                    r["peer n=1"] = round(1000.0 / d["avg_ts"], 1)
-                else:
-                    r["peer n=512"] = round(d["avg_ns"] / 1e6, 1)
-            else:
-                for n, t in d["profile"]["t_ms"].items():
-                    r[f"ours n={n}"] = round(t, 1)
         except json.JSONDecodeError as e:
             sys.exit(f"error: {path}, line {i}: not JSON ({e})")
+        try:
+            if not isinstance(d, dict) or isinstance(d.get("round"), bool) or not isinstance(d.get("round"), int):
+                raise KeyError("round")
+            r = rounds.setdefault(d["round"], {})
+            if str(d["peer"]).startswith("llama-bench"):
+                if d.get("n_gen"):
+                    r["peer n=1"] = round(1000.0 / number(d["avg_ts"]), 1)
+                else:
+                    r["peer n=512"] = round(number(d["avg_ns"]) / 1e6, 1)
+            else:
+                for n, t in d["profile"]["t_ms"].items():
+                    r[f"ours n={n}"] = round(number(t), 1)
         except (KeyError, TypeError, AttributeError) as e:
-            sys.exit(f"error: {path}, line {i}: not a record of decode_vs_llama_bench.sh (no {e})")
-        except ZeroDivisionError:
-            sys.exit(f"error: {path}, line {i}: llama-bench's rate is 0")
-        if any(not v > 0 for v in r.values()):
-            sys.exit(f"error: {path}, line {i}: a time that is not positive")
+            field = e.args[0] if isinstance(e, KeyError) else "its fields"
+            sys.exit(f"error: {path}, line {i}: not a record of decode_vs_llama_bench.sh (a whole-number "
+                     f"'round', 'peer', and llama-bench's or the profile's times; wrong or missing: {field})")
+        except ValueError as e:
+            sys.exit(f"error: {path}, line {i}: a time or rate that is not a positive, finite number: {e}")
     if not rounds:
         sys.exit(f"error: {path} holds no rounds")
     print("llama-bench (llama.cpp default build) vs ours (exact), per round: single-token step ms, 512-token prefill ms")

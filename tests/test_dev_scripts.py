@@ -60,13 +60,15 @@ def test_perf_summary_errors_and_the_committed_files(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     ([], "--out"),
     (["--out", "x"], "--a and --b are required"),
-    (["--out", "x", "--summary-only"], "holds 0 paired rounds"),
     (["--a", "/no/such", "--b", "/no/such", "--out", "x"], "/no/such: not a llama.cpp library folder"),
     (["--a", "LIB", "--b", "LIB", "--out", "x", "--rounds", "1"], "--rounds must be at least 2"),
+    (["--a", "LIB", "--b", "LIB", "--out", "FILE"], "exists and is not a folder"),
+    (["--out", "x", "--summary-only"], "no such folder"),
 ])
 def test_ab_builds_usage_errors(tmp_path, args, fragment):
     from speculative.kernels import llama_lib_dir
 
+    (tmp_path / "FILE").write_text("")
     args = [str(llama_lib_dir()) if a == "LIB" else a for a in args]
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_builds.py"), *args], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
@@ -97,7 +99,9 @@ def test_ab_builds_summary_of_bad_run_files(tmp_path):
     good = (out / "B-2.json").read_text()
     for bad, fragment in [("{not json", "not a profile JSON file"),
                           (json.dumps({"t_ms": {"1": 30.0}}), "holds no T(8)"),
-                          (json.dumps({"t_ms": {"1": 30.0, "8": 0}}), "T(8) = 0 is not a positive time"),
+                          (json.dumps({"t_ms": {"1": 30.0, "8": 0}}), "T(8) = 0 is not a positive, finite time"),
+                          (json.dumps({"t_ms": {"1": 30.0, "8": True}}), "T(8) = True is not a positive"),
+                          ('{"t_ms": {"1": 30.0, "8": Infinity}}', "T(8) = inf is not a positive"),
                           (b"\xff\xfe", "cannot read it")]:
         (out / "B-2.json").write_bytes(bad if isinstance(bad, bytes) else bad.encode())
         r = _ab(tmp_path, "--out", str(out), "--summary-only")
@@ -145,9 +149,11 @@ def test_ab_builds_a_failing_profile_is_one_line_and_restores_the_libraries(tmp_
     monkeypatch.setattr(ab_builds.subprocess, "run", fail)
     with pytest.raises(SystemExit) as e:
         ab_builds.main(["--a", str(a), "--b", str(b), "--out", str(tmp_path / "out")])
-    assert "speculative profile failed (exit code 3)" in str(e.value)
+    assert "speculative profile failed (exit code 3)" in str(e.value) and "run files so far" not in str(e.value)
     assert all((lib / n).read_text() == "lib" for n in ab_builds.LIBS)
-    assert not (tmp_path / "out").exists()  # no empty run folder left behind
+    with pytest.raises(SystemExit):
+        ab_builds.main(["--a", str(a), "--b", str(b), "--out", str(tmp_path / "x" / "y" / "out")])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()  # no empty folders left behind
 
 
 def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
@@ -164,8 +170,12 @@ def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
     assert r.returncode == 0 and "1.007 (0.971-1.045)" in r.stdout, r.stderr
     first = good.splitlines()[0]
     for bad, fragment in [("{not json", "line 2: not JSON"), ('{"round": 1}', "line 2: not a record"),
-                          ('{"round": 1, "peer": "llama-bench", "n_gen": 64, "avg_ts": 0}', "line 2: llama-bench's rate is 0"),
-                          ('{"round": 1, "peer": "ours", "profile": {"t_ms": {"1": 0}}}', "line 2: a time that is not positive")]:
+                          ('{"round": 1, "peer": "llama-bench", "n_gen": 64, "avg_ts": 0}', "line 2: a time or rate that is not"),
+                          ('{"round": 1, "peer": "ours", "profile": {"t_ms": {"1": 0}}}', "line 2: a time or rate that is not"),
+                          ('{"round": 1, "peer": "ours", "profile": {"t_ms": {"1": true}}}', "line 2: a time or rate that is not"),
+                          ('{"round": 1, "peer": "ours", "profile": {"t_ms": {"1": "40"}}}', "line 2: a time or rate that is not"),
+                          ('{"round": "1", "peer": "ours", "profile": {"t_ms": {"1": 40}}}', "line 2: not a record"),
+                          ('[1, 2]', "line 2: not a record")]:
         f.write_text(first + "\n" + bad + "\n")
         r = _run(sys.executable, script, str(f))
         assert r.returncode == 1 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -32,7 +32,7 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <threads.h>
+#include <pthread.h>
 #if defined(__GLIBC__)
 #    include <malloc.h>
 #endif
@@ -266,7 +266,7 @@ static void check_f16_dot(void) {
 #define LEAK_THREADS 8
 #define LEAK_N       (1 << 17)  // 16 columns of 128k floats: 8 MiB per thread's buffer
 
-static int leak_worker(void * arg) {
+static void * leak_worker(void * arg) {
     const ggml_fp16_t * v = arg;
     const ggml_fp16_t * y[16];
     float out[16], * dst[16];
@@ -275,7 +275,7 @@ static int leak_worker(void * arg) {
         dst[c] = out + c;
     }
     ggml_bimm_f16_dot(LEAK_N, 1, 16, v, LEAK_N, y, dst);
-    return 0;
+    return NULL;
 }
 
 static void check_f16_buffer_freed(void) {
@@ -284,12 +284,12 @@ static void check_f16_buffer_freed(void) {
     leak_worker(v);  // this thread's buffer, and glibc's arenas, before measuring
     const struct mallinfo2 before = mallinfo2();
     for (int round = 0; round < 4; ++round) {  // thread pools made and ended, as ggml's are without OpenMP
-        thrd_t t[LEAK_THREADS];
+        pthread_t t[LEAK_THREADS];
         for (int i = 0; i < LEAK_THREADS; ++i) {
-            thrd_create(&t[i], leak_worker, v);
+            pthread_create(&t[i], NULL, leak_worker, v);
         }
         for (int i = 0; i < LEAK_THREADS; ++i) {
-            thrd_join(t[i], NULL);
+            pthread_join(t[i], NULL);
         }
     }
     const struct mallinfo2 after = mallinfo2();
