@@ -33,10 +33,11 @@ from speculative.bench.report import geometric_mean_ci  # noqa: E402
 INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
 ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
-MACHINE = {"qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+MACHINE = {"qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
-#: plain decoders that are not ours: their code and kernels are llama.cpp's (its default build) or PyTorch's,
-#: unmodified. The in-process llama-cpp-python peer is not among them: it loads our patched library.
+#: plain decoders that are not ours, by name, for runs that did not record the ``unmodified`` flag: their code
+#: and kernels are llama.cpp's (its default build) or PyTorch's, unmodified. The in-process llama-cpp-python peer
+#: is not among them: it loads our patched library. (``llama-cpp-python (stock)`` runs record the flag.)
 UNMODIFIED_PLAIN = ("llama-server", "transformers")
 #: peers that loaded our patched library, under the names older runs gave them
 OUR_BUILD = ("llama-cpp-python",)
@@ -95,9 +96,14 @@ def fastest_unmodified(run: str) -> str | None:
     return fastest_unmodified_of(results(run))
 
 
+def is_unmodified(m: dict) -> bool:
+    """A peer's recorded ``unmodified`` flag (runs since it was recorded), else its name (older runs)."""
+    flag = m.get("unmodified")
+    return bool(flag) if flag is not None else m["method"].startswith(UNMODIFIED_PLAIN)
+
+
 def fastest_unmodified_of(res: dict) -> str | None:
-    peers = [m for m in res["methods"] if m.get("plain") and m["kind"] == "peer"
-             and m["method"].startswith(UNMODIFIED_PLAIN)]
+    peers = [m for m in res["methods"] if m.get("plain") and m["kind"] == "peer" and is_unmodified(m)]
     return max(peers, key=lambda m: m["speedup"]["mean"])["method"] if peers else None
 
 
@@ -122,6 +128,8 @@ def label(name: str, res: dict) -> str:
     out = "our plain decoding" if name == "baseline" else name
     if name in UNMODIFIED_PLAIN:
         out += " (unmodified)"
+    elif name.endswith("(stock)"):
+        out = out[: -len("(stock)")] + "(stock, unmodified)"
     elif name.split(" ")[0] in OUR_BUILD and "(our build)" not in name:
         out += " (our build)"
     if name == fastest_unmodified_of(res):
@@ -219,10 +227,14 @@ TABLES = {
         ("qwen-gate-hugepages-zen4", "baseline", " (our plain decoding)"),
         ("qwen-gate-hugepages-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
         ("qwen-gate-hugepages-zen4", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+        ("qwen-stock-peer-zen4", "suffix", ""),
+        ("qwen-stock-peer-zen4", "baseline", " (our plain decoding)"),
+        ("qwen-stock-peer-zen4", "llama-server", " (llama.cpp's server, default build)"),
         ("qwen-gate-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
         ("qwen-peers-v3", "ngram", ""),
         ("qwen-gate-4", "ngram", ""),
     ]),
+    "qwen-stock-peer-zen4": lambda: methods_table(["qwen-stock-peer-zen4"], categories=True),
     "qwen-gate-hugepages-zen4": lambda: methods_table(["qwen-gate-hugepages-zen4"], categories=True),
     "qwen-gate-f16attn-zen4": lambda: methods_table(["qwen-gate-f16attn-zen4"], categories=True),
     "qwen-gate-kvpad-zen4": lambda: methods_table(["qwen-gate-kvpad-zen4"], categories=True),

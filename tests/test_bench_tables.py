@@ -44,3 +44,20 @@ def test_the_gate_run_prints_its_lower_bound(tables):
     """The AMD EPYC gate run's n-gram interval, once shown as (1.00–1.05): its lower bound is 0.997."""
     row = next(line for line in tables.TABLES["qwen-gate-epyc"]() if "| ngram |" in line)
     assert "1.02x (0.997–1.05)" in row
+
+
+def test_the_reference_is_chosen_by_the_recorded_flag_then_by_name(tables):
+    """A stock llama-cpp-python (recorded unmodified) may be the reference; our build never is, whatever its
+    name; runs older than the flag fall back to the names of llama.cpp's and PyTorch's own decoders."""
+    def m(name, speedup, flag=None):
+        e = {"method": name, "kind": "peer", "plain": True, "speedup": {"mean": speedup}}
+        if flag is not None:
+            e["unmodified"] = flag
+        return e
+
+    res = {"methods": [m("llama-server", 0.8, True), m("llama-cpp-python (stock)", 0.9, True),
+                       m("llama-cpp-python (our build)", 1.2, False)]}
+    assert tables.fastest_unmodified_of(res) == "llama-cpp-python (stock)"
+    assert tables.label("llama-cpp-python (stock)", res) == "llama-cpp-python (stock, unmodified), fastest"
+    old = {"methods": [m("llama-server", 0.8), m("llama-cpp-python", 1.2)]}
+    assert tables.fastest_unmodified_of(old) == "llama-server"

@@ -1,4 +1,5 @@
-"""Peers measured in the same bench run: llama-cpp-python (plain and its prompt lookup),
+"""Peers measured in the same bench run: llama-cpp-python (plain and its prompt lookup; our build
+in this process, the stock build in a subprocess: :mod:`.stock_peer`),
 transformers ``generate`` (plain, prompt lookup, assisted), any OpenAI-compatible endpoint,
 and llama.cpp's own ``llama-server`` (plain and speculative; :mod:`.llama_server`).
 
@@ -21,6 +22,8 @@ from .methods import Method, RunRecord, _TimedTurns
 PEER_NAMES = (
     "llama-cpp-python",
     "llama-cpp-python-lookup",
+    "llama-cpp-python-stock",
+    "llama-cpp-python-stock-lookup",
     "transformers",
     "transformers-lookup",
     "transformers-assisted:MODEL",

@@ -133,6 +133,7 @@ class BenchRunner:
         self.target = None
         self.cost_model = None
         self._llama_server = None
+        self._stock_site = None
 
     # ---- output folder and resume --------------------------------------------------
 
@@ -242,6 +243,8 @@ class BenchRunner:
                 if src.kind != "gguf":
                     raise ConfigError(f"peer {name} needs a GGUF target")
                 m = LlamaCppPythonPeer(src.location, target, chat, name.endswith("lookup"), c.n_ctx, target_threads(target, c))
+            elif name in ("llama-cpp-python-stock", "llama-cpp-python-stock-lookup"):
+                m = self._stock_llama_cpp_python_peer(name, chat)
             elif name.startswith("llama-server"):
                 m = self._llama_server_peer(name, chat)
             elif name.startswith("transformers"):
@@ -265,6 +268,21 @@ class BenchRunner:
             self.load_rss_mb[m.label] = getattr(m, "load_rss_mb", None) or (proc.memory_info().rss - rss0) / 2**20
         if c.endpoint:
             self.methods.append(EndpointPeer(c.endpoint, target, chat))
+
+    def _stock_llama_cpp_python_peer(self, name: str, chat: bool):
+        """llama-cpp-python as pip builds it by default, in a subprocess (built on first use; :mod:`.stock_peer`)."""
+        from ..models import resolve
+        from .stock_peer import ENV_SITE, StockLlamaCppPythonPeer, stock_llama_cpp_python_site
+
+        c = self.cfg
+        src = resolve(c.target)
+        if src.kind != "gguf":
+            raise ConfigError(f"peer {name} needs a GGUF target")
+        if self._stock_site is None:
+            self._stock_site = stock_llama_cpp_python_site(progress=self.progress)
+        return StockLlamaCppPythonPeer(self._stock_site, src.location, self.target, chat, name.endswith("lookup"),
+                                       c.n_ctx, target_threads(self.target, c), self.output,
+                                       unmodified=not os.environ.get(ENV_SITE))
 
     def _llama_server_peer(self, name: str, chat: bool):
         """A llama-server variant on the same GGUF files (built on first use; see :mod:`.llama_server`)."""

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--top-p", type=float, default=1.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--peers", choices=("auto", "none"), default="auto", help="auto (default): llama.cpp's unmodified llama-server (built once on first use) on the llama.cpp backend, and transformers where installed; none: no peers")
-    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup, transformers, transformers-lookup, transformers-assisted:MODEL, llama-server, llama-server-spec, llama-server-spec-defaults, llama-server-ngram, llama-server-ngram-mod (llama.cpp's own server, built on first use)")
+    b.add_argument("--peer", action="append", help="a peer to run (repeatable): llama-cpp-python, llama-cpp-python-lookup (our build, in process), llama-cpp-python-stock, llama-cpp-python-stock-lookup (pip's default build, in a subprocess, built on first use), transformers, transformers-lookup, transformers-assisted:MODEL, llama-server, llama-server-spec, llama-server-spec-defaults, llama-server-ngram, llama-server-ngram-mod (llama.cpp's own server, built on first use)")
     b.add_argument("--peer-draft", default=None, metavar="MODEL", help="draft model of the llama-server-spec peers (default: the first --drafter model:NAME)")
     b.add_argument("--endpoint", default=None, help="an OpenAI-compatible server to time from the client (URL)")
     bchat = b.add_mutually_exclusive_group()
