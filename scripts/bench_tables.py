@@ -130,7 +130,7 @@ def label(name: str, res: dict) -> str:
         out += " (unmodified)"
     elif name.endswith("(stock)"):
         out = out[: -len("(stock)")] + "(stock, unmodified)"
-    elif name.split(" ")[0] in OUR_BUILD and "(our build)" not in name:
+    elif name.split(" ")[0] in OUR_BUILD and "(" not in name:  # older runs' unlabelled in-process peer
         out += " (our build)"
     if name == fastest_unmodified_of(res):
         out += ", fastest"
@@ -217,6 +217,10 @@ def acceptance_table(run: str) -> list[str]:
 
 TABLES = {
     "headline": lambda: headline([
+        ("qwen-stock-peer-zen4", "suffix", ""),
+        ("qwen-stock-peer-zen4", "ngram", ""),
+        ("qwen-stock-peer-zen4", "baseline", " (our plain decoding)"),
+        ("qwen-stock-peer-zen4", "llama-cpp-python (stock)", " (pip's default build)"),
         ("qwen-agentic2-zen4", "suffix", " (suffix decoding, k = 16)"),
         ("qwen-agentic2-zen4", "ngram", " (k = 16)"),
         ("qwen-agentic2-zen4", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
@@ -227,9 +231,6 @@ TABLES = {
         ("qwen-gate-hugepages-zen4", "baseline", " (our plain decoding)"),
         ("qwen-gate-hugepages-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
         ("qwen-gate-hugepages-zen4", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
-        ("qwen-stock-peer-zen4", "suffix", ""),
-        ("qwen-stock-peer-zen4", "baseline", " (our plain decoding)"),
-        ("qwen-stock-peer-zen4", "llama-server", " (llama.cpp's server, default build)"),
         ("qwen-gate-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
         ("qwen-peers-v3", "ngram", ""),
         ("qwen-gate-4", "ngram", ""),

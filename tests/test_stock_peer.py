@@ -11,7 +11,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -73,12 +72,48 @@ def _peer(target, site, tmp_path, python=None):
 
 
 def test_a_worker_that_imports_another_llama_cpp_is_refused(smollm2, tmp_path):
-    """The project's interpreter has our llama_cpp on its path: with an empty site, that is what the worker
-    would import, and the peer must refuse to call it stock."""
-    empty = tmp_path / "site"
-    empty.mkdir()
-    with pytest.raises(BackendUnavailableError, match="imported .*not the llama_cpp of"):
-        _peer(smollm2, empty, tmp_path, python=sys.executable)
+    """A site whose llama_cpp is a link to our patched package: the worker imports it, and the peer must refuse
+    to call it stock."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for entry in _our_site().iterdir():
+        (site / entry.name).symlink_to(entry)
+    with pytest.raises(BackendUnavailableError, match="loaded .*llama_cpp.*, not the llama_cpp of"):
+        _peer(smollm2, site, tmp_path)
+
+
+def test_a_worker_that_maps_another_llama_library_is_refused(smollm2, tmp_path):
+    """A package from the site that loads a ggml library from elsewhere (as LLAMA_CPP_LIB_PATH would make the
+    real one do) is refused; its prints, Python's and native, do not break the protocol."""
+    site = tmp_path / "site"
+    (site / "llama_cpp").mkdir(parents=True)
+    lib = _our_site() / "llama_cpp" / "lib" / "libggml-base.so"
+    (site / "llama_cpp" / "__init__.py").write_text(
+        "import ctypes, os\n"
+        f"ctypes.CDLL({str(lib)!r})\n"
+        "print('noise from Python')\n"
+        "os.write(1, b'native noise\\n')\n"
+        "__version__ = 'fake'\n"
+        "class Llama:\n"
+        "    def __init__(self, **kwargs):\n"
+        "        pass\n"
+    )
+    with pytest.raises(BackendUnavailableError, match="libggml-base.so, not the llama_cpp of"):
+        _peer(smollm2, site, tmp_path)
+    assert "native noise" in (tmp_path / "llama-cpp-python-stock.log").read_text()
+
+
+def test_the_peer_runs_without_our_llama_settings(monkeypatch):
+    """Our backend sets GGML_CPU_TILED_MM=0, which the stock library and llama-server read too: a peer must not
+    inherit it, nor libraries forced by LD_PRELOAD, LD_LIBRARY_PATH or LLAMA_CPP_LIB_PATH."""
+    from speculative.bench.llama_server import peer_environment
+
+    for k, v in {"GGML_CPU_TILED_MM": "0", "LLAMA_CPP_LIB_PATH": "/x", "LD_PRELOAD": "/y.so",
+                 "LD_LIBRARY_PATH": "/z", "LLAMA_ARG_CTX_SIZE": "8", "SPECULATIVE_KEEP": "1"}.items():
+        monkeypatch.setenv(k, v)
+    env, removed = peer_environment()
+    assert {"GGML_CPU_TILED_MM", "LLAMA_CPP_LIB_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LLAMA_ARG_CTX_SIZE"} <= set(removed)
+    assert not set(removed) & set(env) and env["SPECULATIVE_KEEP"] == "1" and env["PATH"] == os.environ["PATH"]
 
 
 def test_a_worker_that_cannot_load_says_so_in_one_line(smollm2, tmp_path):
@@ -98,7 +133,7 @@ def test_a_worker_that_dies_mid_run_is_an_error_not_a_hang(smollm2, tmp_path):
     try:
         peer.proc.kill()
         peer.proc.wait()
-        with pytest.raises(BackendUnavailableError, match="worker exited"):
+        with pytest.raises(BackendUnavailableError, match="worker exited \\(SIGKILL\\)"):
             peer.run(load_questions("dev")[0], GenerationConfig(max_new_tokens=4))
     finally:
         peer.close()
@@ -115,6 +150,7 @@ def test_the_site_variable_must_name_a_llama_cpp_package(tmp_path, monkeypatch):
 
 
 @pytest.mark.quick
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="the cache key reads /proc/cpuinfo here")
 def test_the_build_script_returns_a_complete_cache_at_once(tmp_path):
     """The cache key is version, Python, architecture and CPU flags; a complete entry is returned without
     building, an incomplete one (no build-info.txt: an interrupted publish) is not."""
@@ -125,18 +161,19 @@ def test_the_build_script_returns_a_complete_cache_at_once(tmp_path):
                             'import sys; print("%d.%d" % sys.version_info[:2])'],
                            capture_output=True, text=True, check=True).stdout.strip()
     flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    key = hashlib.sha256((flags + "\n").encode()).hexdigest()[:12]
+    script = ROOT / "scripts/build-stock-llama-cpp-python.sh"
+    key = hashlib.sha256((flags + "\n").encode() + script.read_bytes()).hexdigest()[:12]
     amx = "-noamx" if " amx_tile" in flags + " " and os.environ.get("SPECULATIVE_LLAMA_AMX", "0") != "1" else ""
     dest = tmp_path / f"{version}-py{pyver}-{platform.machine()}-{key}{amx}"
     (dest / "site/llama_cpp").mkdir(parents=True)
     (dest / "site/llama_cpp/__init__.py").write_text("")
     env = {**os.environ, "SPECULATIVE_STOCK_LLAMA_CACHE": str(tmp_path)}
-    script = ROOT / "scripts/build-stock-llama-cpp-python.sh"
     # incomplete (no build-info.txt): it would build; on a PATH with the shell's tools but no cmake it stops at
     # once with a one-line reason, printing no folder
     tools = tmp_path / "bin"
     tools.mkdir()
-    for t in ("sed", "grep", "sha256sum", "cut", "uname", "python3", "cat", "head", "tail", "mkdir", "dirname"):
+    for t in ("sed", "grep", "sha256sum", "cut", "uname", "python3", "cat", "head", "tail", "mkdir", "dirname",
+              "mktemp", "rm", "pwd", "basename"):
         found = subprocess.run(["bash", "-c", f"command -v {t}"], capture_output=True, text=True).stdout.strip()
         if found:
             (tools / t).symlink_to(found)

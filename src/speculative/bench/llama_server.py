@@ -25,7 +25,9 @@ Variants (``--peer NAME``):
 - ``llama-server-ngram-mod``: ``--spec-type ngram-mod``, llama.cpp's n-gram drafter
   whose hash pool is kept across requests (its closest kin to suffix decoding).
 
-``SPECULATIVE_LLAMA_SERVER=/path/to/llama-server`` uses another build instead.
+``SPECULATIVE_LLAMA_SERVER=/path/to/llama-server`` uses another build instead. The server
+runs with the bench's environment less llama.cpp's and ggml's variables (:func:`peer_environment`):
+our backend sets ``GGML_CPU_TILED_MM=0`` for exact numerics, which the default build also reads.
 """
 
 from __future__ import annotations
@@ -186,6 +188,24 @@ def parse_completion(resp: dict) -> CompletionResult:
     )
 
 
+#: variables a peer must not inherit from the bench process: llama.cpp's and ggml's settings (our backend sets
+#: ``GGML_CPU_TILED_MM=0`` for exact numerics, which would switch off the default build's tiled K-quant matmul;
+#: llama-server reads ``LLAMA_ARG_*``), and what would load other libraries than the peer's own
+PEER_ENV_PREFIXES = ("GGML_", "LLAMA_", "DYLD_")
+PEER_ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+
+
+def peer_environment() -> tuple[dict[str, str], list[str]]:
+    """The environment a peer process runs with: this process's, less :data:`PEER_ENV_PREFIXES` and
+    :data:`PEER_ENV_NAMES`, so that the peer runs with its build's defaults whatever our backend or the
+    user set. Returns (environment, names removed)."""
+    env = dict(os.environ)
+    removed = sorted(k for k in env if k.startswith(PEER_ENV_PREFIXES) or k in PEER_ENV_NAMES)
+    for k in removed:
+        del env[k]
+    return env, removed
+
+
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
     """Linux: the server gets SIGTERM if the bench process dies, even by SIGKILL."""
     try:
@@ -210,11 +230,14 @@ class LlamaServerProcess:
         for _attempt in range(3):  # another process may take the free port before the server binds it
             self.port = free_port()
             self.cmd = cmd_for_port(self.port)
+            env, removed = peer_environment()
             self._log = open(self.log_path, "w")
             self._log.write("$ " + " ".join(self.cmd) + "\n")
+            if removed:
+                self._log.write("# not passed on from the bench's environment: " + " ".join(removed) + "\n")
             self._log.flush()
             self.proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True,  # Ctrl-C reaches the bench, which stops the server itself
                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
             )

@@ -43,7 +43,9 @@ class LlamaCppPythonPeer(Method):
     batch-invariant patch compiled in (its weights load into llama.cpp's own repacked buffers, but the patch's
     F16 attention path and build options are ours). Its label says so ("ours"), and it is never the
     "fastest unmodified plain decoder" that headline ratios are taken against: that is ``llama-server``,
-    from llama.cpp's default build (:mod:`.llama_server`).
+    from llama.cpp's default build (:mod:`.llama_server`), or the stock llama-cpp-python in a subprocess
+    (:mod:`.stock_peer`). It runs with this process's ``GGML_CPU_TILED_MM=0`` (set by our backend for exact
+    numerics), which switches off llama.cpp's tiled K-quant matmul in its build too.
     """
 
     kind = "peer"

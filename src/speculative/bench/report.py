@@ -237,7 +237,8 @@ def peer_draft_counts(rows: list[dict]) -> dict:
 
 def against_fastest_plain(entries: list[dict], done: dict, qids: list[int], cat_of: dict) -> dict | None:
     """Every method against the FASTEST UNMODIFIED plain decoding of the target measured in the run
-    (llama-server from llama.cpp's default build, transformers: whichever is fastest), the headline ratio.
+    (llama-server from llama.cpp's default build, the stock llama-cpp-python, transformers: whichever is
+    fastest; a method counts as unmodified by its recorded ``unmodified`` flag), the headline ratio.
     Our own plain decoding and peers that load our patched library are never the reference; a run with
     no unmodified plain decoder falls back to the fastest plain method of all and says so
     (``unmodified: false`` in the returned references).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from ..backends.base import Backend
 from ..config import GenerationConfig
 from ..errors import BackendUnavailableError
 from .datasets import Question
-from .llama_server import _proc_status_mb, _set_pdeathsig
+from .llama_server import _proc_status_mb, _set_pdeathsig, peer_environment
 from .methods import Method, RunRecord, _TimedTurns
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-stock-llama-cpp-python.sh"
@@ -56,16 +57,37 @@ def stock_llama_cpp_python_site(progress: bool = True) -> Path:
     if progress:
         print("llama-cpp-python-stock: building or locating the stock llama-cpp-python "
               "(scripts/build-stock-llama-cpp-python.sh)", file=sys.stderr)
-    r = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                       stderr=None if progress else subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        tail = (r.stderr or "").strip().splitlines()[-3:]
+    # a session of its own, ended whole if the bench is interrupted: pip and the compilers must not outlive it
+    p = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
+                         stderr=None if progress else subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate()
+    except BaseException:
+        _end_group(p)
+        raise
+    if p.returncode != 0:
+        tail = (err or "").strip().splitlines()[-3:]
         raise BackendUnavailableError("building the stock llama-cpp-python failed" + (": " + " | ".join(tail) if tail else ""))
-    lines = r.stdout.strip().splitlines()
+    lines = out.strip().splitlines()
     p = Path(lines[-1]) if lines else Path()
     if not (p / "llama_cpp" / "__init__.py").is_file():
         raise BackendUnavailableError(f"scripts/build-stock-llama-cpp-python.sh reported no llama_cpp package ({p})")
     return p
+
+
+def _end_group(p: subprocess.Popen) -> None:
+    """SIGTERM to ``p``'s process group (the build script runs its own trap, which removes its temporary
+    folder), then SIGKILL after 10 s."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            p.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def base_python() -> str:
@@ -87,7 +109,11 @@ class StockLlamaCppPythonPeer(Method):
 
     Raises:
         BackendUnavailableError: the worker exited or reported an error while loading (the log's tail is
-            quoted), or it imported a ``llama_cpp`` from outside ``site``.
+            quoted), or it imported a ``llama_cpp`` package or mapped a llama/ggml library from outside ``site``.
+
+    The worker runs with :func:`.llama_server.peer_environment`: no ``GGML_*``/``LLAMA_*`` settings (our
+    backend sets ``GGML_CPU_TILED_MM=0``, which the stock library reads too), no ``LD_PRELOAD`` or
+    ``LD_LIBRARY_PATH``.
     """
 
     kind = "peer"
@@ -104,20 +130,28 @@ class StockLlamaCppPythonPeer(Method):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.turns = _TimedTurns(target, chat)
         self.eos = sorted(target.eos_token_ids)
-        cmd = [python or base_python(), "-I", str(WORKER), "--site", str(self.site), "--model", str(gguf_path),
+        # -I -S: no user site, no PYTHONPATH, no site-packages; only the standard library and --site
+        cmd = [python or base_python(), "-I", "-S", str(WORKER), "--site", str(self.site), "--model", str(gguf_path),
                "--n-ctx", str(n_ctx), "--threads", str(n_threads), "--lookup", str(LOOKUP_TOKENS if lookup else 0)]
+        env, removed = peer_environment()
         self._log = open(self.log_path, "w")
         self._log.write("$ " + " ".join(cmd) + "\n")
+        if removed:
+            self._log.write("# not passed on from the bench's environment: " + " ".join(removed) + "\n")
+        info = self.site.parent / "build-info.txt"
+        if info.is_file():
+            self._log.writelines("# " + line for line in info.read_text().splitlines(keepends=True))
         self._log.flush()
         self.proc: subprocess.Popen | None = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1, env=env,
             start_new_session=True, preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
         )
-        ready = self._receive()
-        loaded = Path(ready.get("llama_cpp", "")).resolve()
-        if not loaded.is_relative_to(self.site):
+        ready = self._receive("ready")
+        outside = [str(p) for p in [ready.get("llama_cpp") or "", *(ready.get("libraries") or [])]
+                   if not Path(p).resolve().is_relative_to(self.site)]
+        if outside:
             self.close()
-            raise BackendUnavailableError(f"the {name} worker imported {loaded}, not the llama_cpp of {self.site}")
+            raise BackendUnavailableError(f"the {name} worker loaded {outside[0]}, not the llama_cpp of {self.site}")
         self.version = ready.get("version")
         self.load_rss_mb = _proc_status_mb(self.proc.pid, "VmRSS")
 
@@ -126,41 +160,58 @@ class StockLlamaCppPythonPeer(Method):
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return " | ".join(lines[-n:])
+        return " | ".join([x for x in lines if not x.startswith(("$ ", "# "))][-n:])
 
-    def _receive(self) -> dict:
+    def _receive(self, key: str) -> dict:
+        """The worker's next message, which must hold ``key``; else the worker is ended and the error raised."""
         line = self.proc.stdout.readline() if self.proc is not None else ""
+        what = None
         try:
             msg = json.loads(line) if line else None
         except ValueError:
-            msg = {"error": f"unreadable answer {line[:200]!r}"}
-        if msg is None or "error" in msg:
-            what = msg["error"] if msg else f"exited (code {self.proc.wait() if self.proc else '?'})"
-            self.close()
-            raise BackendUnavailableError(f"the stock llama-cpp-python worker {what}; log {self.log_path}: {self._log_tail()}")
-        return msg
+            msg, what = None, f"sent an answer that is not JSON ({line[:120]!r})"
+        if isinstance(msg, dict) and key in msg:
+            return msg
+        if isinstance(msg, dict) and "error" in msg:
+            what = f"failed: {msg['error']}"
+        elif what is None and msg is not None:
+            what = f"sent an answer without {key!r} ({line[:120]!r})"
+        elif what is None:
+            code = self.proc.wait() if self.proc is not None else None
+            what = f"exited (code {code})"
+            if code is not None and code < 0:
+                try:
+                    what = f"exited ({signal.Signals(-code).name})"
+                except ValueError:
+                    pass
+        self.close()
+        raise BackendUnavailableError(f"the stock llama-cpp-python worker {what}; log {self.log_path}: {self._log_tail()}")
+
+    def _send(self, req: dict) -> None:
+        if self.proc is None:
+            raise BackendUnavailableError(f"the stock llama-cpp-python worker is not running (log {self.log_path})")
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the worker died: _receive reports it with its log
 
     def run(self, question: Question, cfg: GenerationConfig) -> RunRecord:
         s = cfg.sampling
-        first_turn = [True]
 
         def turn(ids):
-            if self.proc is None:
-                raise BackendUnavailableError(f"the stock llama-cpp-python worker is not running (log {self.log_path})")
             req = {"ids": list(map(int, ids)), "max_new": cfg.max_new_tokens, "temp": s.temperature,
                    "top_k": s.top_k if s.top_k else (1 if s.greedy else 0), "top_p": s.top_p, "seed": s.seed,
-                   "eos": self.eos, "reset": first_turn[0]}
-            first_turn[0] = False
+                   "eos": self.eos}
             t_send = time.perf_counter()
-            try:
-                self.proc.stdin.write(json.dumps(req) + "\n")
-                self.proc.stdin.flush()
-            except OSError:
-                pass  # the worker died: _receive reports it with its log
-            ans = self._receive()
+            self._send(req)
+            ans = self._receive("tokens")
             first = ans.get("first_s")
             return ans["tokens"], (t_send + first) if first is not None else None, None, None
 
+        # cold start per question, outside the clock; later turns reuse the prefix, as the in-process peer
+        self._send({"reset": True})
+        self._receive("reset")
         rec = self.turns.run_turns(question, turn)
         if self.proc is not None:
             peak = _proc_status_mb(self.proc.pid, "VmHWM")
