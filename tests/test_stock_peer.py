@@ -184,3 +184,16 @@ def test_the_build_script_returns_a_complete_cache_at_once(tmp_path):
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(dest / "site") and "cached" in r.stderr
+
+
+@pytest.mark.quick
+def test_run_build_script_returns_the_folder_it_prints_and_quotes_a_failure(tmp_path):
+    from speculative.bench.llama_server import run_build_script
+
+    ok = tmp_path / "ok.sh"
+    ok.write_text("echo building >&2\necho /some/where\necho /the/folder\n")
+    assert run_build_script(ok, "a thing", progress=False) == Path("/the/folder")
+    bad = tmp_path / "bad.sh"
+    bad.write_text("echo first >&2\necho why it failed >&2\nexit 1\n")
+    with pytest.raises(BackendUnavailableError, match=r"^building a thing failed: first \| why it failed$"):
+        run_build_script(bad, "a thing", progress=False)

@@ -87,15 +87,58 @@ def llama_server_binary(progress: bool = True) -> Path:
         )
     if progress:
         print("llama-server: building or locating llama.cpp's tools (scripts/build-llama-tools.sh)", file=sys.stderr)
-    r = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
-                       text=True)
-    if r.returncode != 0:
-        tail = (r.stderr or "").strip().splitlines()[-3:]
-        raise BackendUnavailableError("building llama.cpp's tools failed" + (": " + " | ".join(tail) if tail else ""))
-    p = Path(r.stdout.strip().splitlines()[-1]) / "llama-server"
+    p = run_build_script(BUILD_SCRIPT, "llama.cpp's tools", progress) / "llama-server"
     if not p.is_file():
         raise BackendUnavailableError(f"scripts/build-llama-tools.sh reported no llama-server ({p})")
     return p
+
+
+def run_build_script(script: Path, what: str, progress: bool) -> Path:
+    """Run a build script that prints its output folder last on stdout; return that folder (``Path()`` if it
+    printed nothing). Its stderr shows when ``progress``. It runs in a session of its own, ended whole
+    (:func:`end_process_group`) if the bench is interrupted: the compilers must not outlive it.
+
+    Raises:
+        BackendUnavailableError: the script failed (the last lines of its stderr are quoted).
+    """
+    p = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE,
+                         stderr=None if progress else subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate()
+    except BaseException:
+        end_process_group(p)
+        raise
+    if p.returncode != 0:
+        tail = (err or "").strip().splitlines()[-3:]
+        raise BackendUnavailableError(f"building {what} failed" + (": " + " | ".join(tail) if tail else ""))
+    lines = out.strip().splitlines()
+    return Path(lines[-1]) if lines else Path()
+
+
+def end_process_group(p: subprocess.Popen) -> None:
+    """SIGTERM to ``p``'s process group (a build script runs its own trap, which removes its temporary
+    folder), then SIGKILL after 10 s."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            p.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stop_process(p: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Terminate ``p`` if it still runs, then kill it after ``timeout_s``; waits for it either way."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def free_port() -> int:
@@ -301,13 +344,8 @@ class LlamaServerProcess:
     def stop(self) -> None:
         """Terminate (then kill after 10 s) the server; idempotent."""
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        if p is not None:
+            stop_process(p)
         if getattr(self, "_log", None) is not None:
             self._log.close()
             self._log = None

@@ -25,7 +25,7 @@ from ..backends.base import Backend
 from ..config import GenerationConfig
 from ..errors import BackendUnavailableError
 from .datasets import Question
-from .llama_server import _proc_status_mb, _set_pdeathsig, peer_environment
+from .llama_server import _proc_status_mb, _set_pdeathsig, peer_environment, run_build_script, stop_process
 from .methods import Method, RunRecord, _TimedTurns
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-stock-llama-cpp-python.sh"
@@ -57,37 +57,10 @@ def stock_llama_cpp_python_site(progress: bool = True) -> Path:
     if progress:
         print("llama-cpp-python-stock: building or locating the stock llama-cpp-python "
               "(scripts/build-stock-llama-cpp-python.sh)", file=sys.stderr)
-    # a session of its own, ended whole if the bench is interrupted: pip and the compilers must not outlive it
-    p = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                         stderr=None if progress else subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate()
-    except BaseException:
-        _end_group(p)
-        raise
-    if p.returncode != 0:
-        tail = (err or "").strip().splitlines()[-3:]
-        raise BackendUnavailableError("building the stock llama-cpp-python failed" + (": " + " | ".join(tail) if tail else ""))
-    lines = out.strip().splitlines()
-    p = Path(lines[-1]) if lines else Path()
+    p = run_build_script(BUILD_SCRIPT, "the stock llama-cpp-python", progress)
     if not (p / "llama_cpp" / "__init__.py").is_file():
         raise BackendUnavailableError(f"scripts/build-stock-llama-cpp-python.sh reported no llama_cpp package ({p})")
     return p
-
-
-def _end_group(p: subprocess.Popen) -> None:
-    """SIGTERM to ``p``'s process group (the build script runs its own trap, which removes its temporary
-    folder), then SIGKILL after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def base_python() -> str:
@@ -230,12 +203,7 @@ class StockLlamaCppPythonPeer(Method):
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                p.terminate()
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                stop_process(p)
             p.stdout.close()
         if getattr(self, "_log", None) is not None:
             self._log.close()
