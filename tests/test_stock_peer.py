@@ -64,11 +64,11 @@ def smollm2():
     target.close()
 
 
-def _peer(target, site, tmp_path, python=None):
+def _peer(target, site, tmp_path, python=None, **timeouts):
     from speculative.models import resolve
 
     return StockLlamaCppPythonPeer(site, resolve("smollm2-135m-instruct").location, target, True, False, 512, 1,
-                                   tmp_path, python=python)
+                                   tmp_path, python=python, **timeouts)
 
 
 def test_a_worker_that_imports_another_llama_cpp_is_refused(smollm2, tmp_path):
@@ -103,19 +103,6 @@ def test_a_worker_that_maps_another_llama_library_is_refused(smollm2, tmp_path):
     assert "native noise" in (tmp_path / "llama-cpp-python-stock.log").read_text()
 
 
-def test_the_peer_runs_without_our_llama_settings(monkeypatch):
-    """Our backend sets GGML_CPU_TILED_MM=0, which the stock library and llama-server read too: a peer must not
-    inherit it, nor libraries forced by LD_PRELOAD, LD_LIBRARY_PATH or LLAMA_CPP_LIB_PATH."""
-    from speculative.bench.llama_server import peer_environment
-
-    for k, v in {"GGML_CPU_TILED_MM": "0", "LLAMA_CPP_LIB_PATH": "/x", "LD_PRELOAD": "/y.so",
-                 "LD_LIBRARY_PATH": "/z", "LLAMA_ARG_CTX_SIZE": "8", "SPECULATIVE_KEEP": "1"}.items():
-        monkeypatch.setenv(k, v)
-    env, removed = peer_environment()
-    assert {"GGML_CPU_TILED_MM", "LLAMA_CPP_LIB_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LLAMA_ARG_CTX_SIZE"} <= set(removed)
-    assert not set(removed) & set(env) and env["SPECULATIVE_KEEP"] == "1" and env["PATH"] == os.environ["PATH"]
-
-
 def test_a_worker_that_cannot_load_says_so_in_one_line(smollm2, tmp_path):
     empty = tmp_path / "site"
     empty.mkdir()
@@ -137,6 +124,39 @@ def test_a_worker_that_dies_mid_run_is_an_error_not_a_hang(smollm2, tmp_path):
             peer.run(load_questions("dev")[0], GenerationConfig(max_new_tokens=4))
     finally:
         peer.close()
+
+
+def test_a_worker_that_hangs_is_ended_after_its_timeout(smollm2, tmp_path):
+    """A worker that never answers (here its llama_cpp sleeps at import) is ended, its whole session, after the
+    load timeout, and the peer says so in one line."""
+    site = tmp_path / "site"
+    (site / "llama_cpp").mkdir(parents=True)
+    (site / "llama_cpp" / "__init__.py").write_text("import os, sys, time\nprint('PID=%d' % os.getpid(), file=sys.stderr)\n"
+                                                     "sys.stderr.flush()\ntime.sleep(600)\n")
+    with pytest.raises(BackendUnavailableError) as e:
+        _peer(smollm2, site, tmp_path, load_timeout_s=10)
+    assert "gave no answer in 10 s and was ended" in str(e.value) and "\n" not in str(e.value)
+    pid = int(next(w for w in (tmp_path / "llama-cpp-python-stock.log").read_text().split() if w.startswith("PID="))[4:])
+    assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("argv, message", [
+    (["--peer", "llama-cpp-python-stock", "--peer", "llama-cpp-python-stock"], "--peer llama-cpp-python-stock is given twice"),
+    (["--drafter", "ngram", "--drafter", "ngram"], "--drafter ngram is given twice"),
+    (["--peer", "llama-cpp-python-stock"], "holds no llama_cpp package"),
+    (["--peer", "llama-server"], "is not an executable file"),
+])
+def test_bench_refuses_a_repeated_or_misdirected_peer_before_loading_anything(argv, message, tmp_path, monkeypatch,
+                                                                              capsys):
+    """No model loads, no worker or server starts: the target named does not even exist."""
+    monkeypatch.setenv(ENV_SITE, str(tmp_path))
+    monkeypatch.setenv("SPECULATIVE_LLAMA_SERVER", str(tmp_path / "nothing"))
+    code = main(["bench", "--target", "no-such-model", "--per-category", "1", "--no-progress", "--peers", "none",
+                 "--output", str(tmp_path / "b"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "b").exists()  # nothing written: the corrected command runs in the same folder
 
 
 @pytest.mark.quick
@@ -184,16 +204,3 @@ def test_the_build_script_returns_a_complete_cache_at_once(tmp_path):
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(dest / "site") and "cached" in r.stderr
-
-
-@pytest.mark.quick
-def test_run_build_script_returns_the_folder_it_prints_and_quotes_a_failure(tmp_path):
-    from speculative.bench.llama_server import run_build_script
-
-    ok = tmp_path / "ok.sh"
-    ok.write_text("echo building >&2\necho /some/where\necho /the/folder\n")
-    assert run_build_script(ok, "a thing", progress=False) == Path("/the/folder")
-    bad = tmp_path / "bad.sh"
-    bad.write_text("echo first >&2\necho why it failed >&2\nexit 1\n")
-    with pytest.raises(BackendUnavailableError, match=r"^building a thing failed: first \| why it failed$"):
-        run_build_script(bad, "a thing", progress=False)

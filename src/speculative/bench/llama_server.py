@@ -26,7 +26,7 @@ Variants (``--peer NAME``):
   whose hash pool is kept across requests (its closest kin to suffix decoding).
 
 ``SPECULATIVE_LLAMA_SERVER=/path/to/llama-server`` uses another build instead. The server
-runs with the bench's environment less llama.cpp's and ggml's variables (:func:`peer_environment`):
+runs with the bench's environment less llama.cpp's and ggml's variables (:func:`.peer_process.peer_environment`):
 our backend sets ``GGML_CPU_TILED_MM=0`` for exact numerics, which the default build also reads.
 """
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from ..config import GenerationConfig
 from ..errors import BackendUnavailableError, ConfigError
 from .datasets import Question
 from .methods import Method, RunRecord, _TimedTurns
+from .peer_process import log_tail, proc_status_mb, run_build_script, start_peer, stop_process
 
 #: speculative flags per variant (None: plain decoding, no draft model)
 VARIANTS: dict[str, tuple[str, ...] | None] = {
@@ -67,6 +67,21 @@ BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-to
 HEALTH_TIMEOUT_S = 600.0
 
 
+def binary_from_environment() -> Path | None:
+    """``$SPECULATIVE_LLAMA_SERVER`` as an executable file, or None where it is unset.
+
+    Raises:
+        BackendUnavailableError: the variable names no executable file.
+    """
+    env = os.environ.get("SPECULATIVE_LLAMA_SERVER")
+    if not env:
+        return None
+    p = Path(env).expanduser()
+    if not (p.is_file() and os.access(p, os.X_OK)):
+        raise BackendUnavailableError(f"SPECULATIVE_LLAMA_SERVER={env} is not an executable file")
+    return p
+
+
 def llama_server_binary(progress: bool = True) -> Path:
     """The ``llama-server`` to run: ``$SPECULATIVE_LLAMA_SERVER``, else the cached default build,
     built on demand by ``scripts/build-llama-tools.sh`` (about 6 minutes on 2 cores, once).
@@ -74,11 +89,8 @@ def llama_server_binary(progress: bool = True) -> Path:
     Raises:
         BackendUnavailableError: no binary and no build script (a non-editable install), or the build failed.
     """
-    env = os.environ.get("SPECULATIVE_LLAMA_SERVER")
-    if env:
-        p = Path(env).expanduser()
-        if not (p.is_file() and os.access(p, os.X_OK)):
-            raise BackendUnavailableError(f"SPECULATIVE_LLAMA_SERVER={env} is not an executable file")
+    p = binary_from_environment()
+    if p is not None:
         return p
     if not BUILD_SCRIPT.is_file():
         raise BackendUnavailableError(
@@ -91,54 +103,6 @@ def llama_server_binary(progress: bool = True) -> Path:
     if not p.is_file():
         raise BackendUnavailableError(f"scripts/build-llama-tools.sh reported no llama-server ({p})")
     return p
-
-
-def run_build_script(script: Path, what: str, progress: bool) -> Path:
-    """Run a build script that prints its output folder last on stdout; return that folder (``Path()`` if it
-    printed nothing). Its stderr shows when ``progress``. It runs in a session of its own, ended whole
-    (:func:`end_process_group`) if the bench is interrupted: the compilers must not outlive it.
-
-    Raises:
-        BackendUnavailableError: the script failed (the last lines of its stderr are quoted).
-    """
-    p = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE,
-                         stderr=None if progress else subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate()
-    except BaseException:
-        end_process_group(p)
-        raise
-    if p.returncode != 0:
-        tail = (err or "").strip().splitlines()[-3:]
-        raise BackendUnavailableError(f"building {what} failed" + (": " + " | ".join(tail) if tail else ""))
-    lines = out.strip().splitlines()
-    return Path(lines[-1]) if lines else Path()
-
-
-def end_process_group(p: subprocess.Popen) -> None:
-    """SIGTERM to ``p``'s process group (a build script runs its own trap, which removes its temporary
-    folder), then SIGKILL after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def stop_process(p: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """Terminate ``p`` if it still runs, then kill it after ``timeout_s``; waits for it either way."""
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def free_port() -> int:
@@ -231,34 +195,6 @@ def parse_completion(resp: dict) -> CompletionResult:
     )
 
 
-#: variables a peer must not inherit from the bench process: llama.cpp's and ggml's settings (our backend sets
-#: ``GGML_CPU_TILED_MM=0`` for exact numerics, which would switch off the default build's tiled K-quant matmul;
-#: llama-server reads ``LLAMA_ARG_*``), and what would load other libraries than the peer's own
-PEER_ENV_PREFIXES = ("GGML_", "LLAMA_", "DYLD_")
-PEER_ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH")
-
-
-def peer_environment() -> tuple[dict[str, str], list[str]]:
-    """The environment a peer process runs with: this process's, less :data:`PEER_ENV_PREFIXES` and
-    :data:`PEER_ENV_NAMES`, so that the peer runs with its build's defaults whatever our backend or the
-    user set. Returns (environment, names removed)."""
-    env = dict(os.environ)
-    removed = sorted(k for k in env if k.startswith(PEER_ENV_PREFIXES) or k in PEER_ENV_NAMES)
-    for k in removed:
-        del env[k]
-    return env, removed
-
-
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
-    """Linux: the server gets SIGTERM if the bench process dies, even by SIGKILL."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class LlamaServerProcess:
     """A ``llama-server`` subprocess on a free loopback port, ready once ``/health`` answers 200.
 
@@ -268,25 +204,15 @@ class LlamaServerProcess:
 
     def __init__(self, cmd_for_port, log_path: Path, timeout_s: float = HEALTH_TIMEOUT_S):
         self.log_path = Path(log_path)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
         for _attempt in range(3):  # another process may take the free port before the server binds it
             self.port = free_port()
             self.cmd = cmd_for_port(self.port)
-            env, removed = peer_environment()
-            self._log = open(self.log_path, "w")
-            self._log.write("$ " + " ".join(self.cmd) + "\n")
-            if removed:
-                self._log.write("# not passed on from the bench's environment: " + " ".join(removed) + "\n")
-            self._log.flush()
-            self.proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,  # Ctrl-C reaches the bench, which stops the server itself
-                preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
-            )
+            self.proc, self._log = start_peer(self.cmd, self.log_path)
             if self._wait_healthy(timeout_s):
                 return
-            bound_elsewhere = "bind" in self.log_tail().lower() or "address already in use" in self.log_tail().lower()
+            tail = self.log_tail().lower()
+            bound_elsewhere = "bind" in tail or "address already in use" in tail
             self.stop()
             if not bound_elsewhere:
                 break
@@ -311,11 +237,7 @@ class LlamaServerProcess:
         return False
 
     def log_tail(self, n: int = 20) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(lines[-n:])
+        return log_tail(self.log_path, n)
 
     def post(self, path: str, body: dict, timeout_s: float = 3600.0) -> dict:
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
@@ -336,10 +258,10 @@ class LlamaServerProcess:
 
     def peak_rss_mb(self) -> float | None:
         """The server's peak resident memory so far (Linux ``VmHWM``), MiB."""
-        return _proc_status_mb(self.proc.pid, "VmHWM") if self.proc is not None else None
+        return proc_status_mb(self.proc.pid, "VmHWM") if self.proc is not None else None
 
     def rss_mb(self) -> float | None:
-        return _proc_status_mb(self.proc.pid, "VmRSS") if self.proc is not None else None
+        return proc_status_mb(self.proc.pid, "VmRSS") if self.proc is not None else None
 
     def stop(self) -> None:
         """Terminate (then kill after 10 s) the server; idempotent."""
@@ -349,16 +271,6 @@ class LlamaServerProcess:
         if getattr(self, "_log", None) is not None:
             self._log.close()
             self._log = None
-
-
-def _proc_status_mb(pid: int, key: str) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 class LlamaServerPeer(Method):

@@ -127,6 +127,7 @@ class BenchRunner:
         self.questions = select(load_questions(cfg.dataset), cfg.categories, cfg.per_category)
         if not self.questions:
             raise ConfigError("no questions selected")
+        self.check_methods()  # before the output folder is made: a refused run leaves nothing behind
         self._prepare_output(fresh)
         self.methods: list[Method] = []
         self.load_rss_mb: dict[str, float] = {}
@@ -224,6 +225,29 @@ class BenchRunner:
         labels = [m.label for m in self.methods]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two methods share a label: {labels}")
+
+    def check_methods(self) -> None:
+        """What can be checked of the drafters and peers before anything loads: none named twice, and the
+        variables that point a peer at another build name one.
+
+        Raises:
+            ConfigError: a drafter or peer given twice.
+            BackendUnavailableError: ``$SPECULATIVE_LLAMA_SERVER`` or ``$SPECULATIVE_STOCK_LLAMA_SITE`` is set
+                for a peer that reads it and names no such build.
+        """
+        c = self.cfg
+        for what, names in (("--drafter", [s.strip() for s in c.drafters]), ("--peer", list(c.peers))):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ConfigError(f"{what} {twice[0]} is given twice")
+        if any(n.startswith("llama-server") for n in c.peers):
+            from .llama_server import binary_from_environment
+
+            binary_from_environment()
+        if any(n.startswith("llama-cpp-python-stock") for n in c.peers):
+            from .stock_peer import site_from_environment
+
+            site_from_environment()
 
     def _load_peers(self, chat: bool) -> None:
         import psutil

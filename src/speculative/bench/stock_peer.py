@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,14 +26,32 @@ from ..backends.base import Backend
 from ..config import GenerationConfig
 from ..errors import BackendUnavailableError
 from .datasets import Question
-from .llama_server import _proc_status_mb, _set_pdeathsig, peer_environment, run_build_script, stop_process
 from .methods import Method, RunRecord, _TimedTurns
+from .peer_process import end_process_group, log_tail, proc_status_mb, run_build_script, start_peer, stop_process
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-stock-llama-cpp-python.sh"
 WORKER = Path(__file__).resolve().with_name("stock_worker.py")
 ENV_SITE = "SPECULATIVE_STOCK_LLAMA_SITE"
 #: draft tokens of the lookup variant (llama-cpp-python's own example uses 10; so does the in-process peer)
 LOOKUP_TOKENS = 10
+#: seconds the worker may take to load the model, and to answer one turn or reset, before it is ended
+LOAD_TIMEOUT_S = 600.0
+TURN_TIMEOUT_S = 3600.0
+
+
+def site_from_environment() -> Path | None:
+    """``$SPECULATIVE_STOCK_LLAMA_SITE`` as a folder holding a ``llama_cpp`` package, or None where it is unset.
+
+    Raises:
+        BackendUnavailableError: the variable names no such folder.
+    """
+    env = os.environ.get(ENV_SITE)
+    if not env:
+        return None
+    p = Path(env).expanduser()
+    if not (p / "llama_cpp" / "__init__.py").is_file():
+        raise BackendUnavailableError(f"{ENV_SITE}={env} holds no llama_cpp package")
+    return p
 
 
 def stock_llama_cpp_python_site(progress: bool = True) -> Path:
@@ -43,11 +62,8 @@ def stock_llama_cpp_python_site(progress: bool = True) -> Path:
         BackendUnavailableError: the variable names no folder with a ``llama_cpp`` package, there is no build
             script (a non-editable install), or the build failed (the last lines of its log are quoted).
     """
-    env = os.environ.get(ENV_SITE)
-    if env:
-        p = Path(env).expanduser()
-        if not (p / "llama_cpp" / "__init__.py").is_file():
-            raise BackendUnavailableError(f"{ENV_SITE}={env} holds no llama_cpp package")
+    p = site_from_environment()
+    if p is not None:
         return p
     if not BUILD_SCRIPT.is_file():
         raise BackendUnavailableError(
@@ -79,12 +95,15 @@ class StockLlamaCppPythonPeer(Method):
             ``log_dir/llama-cpp-python-stock[-lookup].log``.
         unmodified: whether ``site`` is the stock build (False where ``$SPECULATIVE_STOCK_LLAMA_SITE`` chose it).
         python: the interpreter to run the worker (default :func:`base_python`).
+        load_timeout_s, turn_timeout_s: seconds allowed for loading, and for one turn or reset; a worker that
+            takes longer is ended and the peer raises.
 
     Raises:
         BackendUnavailableError: the worker exited or reported an error while loading (the log's tail is
-            quoted), or it imported a ``llama_cpp`` package or mapped a llama/ggml library from outside ``site``.
+            quoted), did not answer in time, or imported a ``llama_cpp`` package or mapped a llama/ggml library
+            from outside ``site``.
 
-    The worker runs with :func:`.llama_server.peer_environment`: no ``GGML_*``/``LLAMA_*`` settings (our
+    The worker runs with :func:`.peer_process.peer_environment`: no ``GGML_*``/``LLAMA_*`` settings (our
     backend sets ``GGML_CPU_TILED_MM=0``, which the stock library reads too), no ``LD_PRELOAD`` or
     ``LD_LIBRARY_PATH``.
     """
@@ -92,57 +111,67 @@ class StockLlamaCppPythonPeer(Method):
     kind = "peer"
 
     def __init__(self, site: str | Path, gguf_path: str, target: Backend, chat: bool, lookup: bool, n_ctx: int,
-                 n_threads: int, log_dir: str | Path, unmodified: bool = True, python: str | None = None):
+                 n_threads: int, log_dir: str | Path, unmodified: bool = True, python: str | None = None,
+                 load_timeout_s: float = LOAD_TIMEOUT_S, turn_timeout_s: float = TURN_TIMEOUT_S):
         self.site = Path(site).resolve()
+        self.load_timeout_s, self.turn_timeout_s = load_timeout_s, turn_timeout_s
         self.plain = not lookup
         self.unmodified = unmodified
         tag = "stock" if unmodified else ENV_SITE
         self.label = "llama-cpp-python" + (" lookup" if lookup else "") + f" ({tag})"
         name = "llama-cpp-python-stock" + ("-lookup" if lookup else "")
         self.log_path = Path(log_dir) / f"{name}.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.turns = _TimedTurns(target, chat)
         self.eos = sorted(target.eos_token_ids)
         # -I -S: no user site, no PYTHONPATH, no site-packages; only the standard library and --site
         cmd = [python or base_python(), "-I", "-S", str(WORKER), "--site", str(self.site), "--model", str(gguf_path),
                "--n-ctx", str(n_ctx), "--threads", str(n_threads), "--lookup", str(LOOKUP_TOKENS if lookup else 0)]
-        env, removed = peer_environment()
-        self._log = open(self.log_path, "w")
-        self._log.write("$ " + " ".join(cmd) + "\n")
-        if removed:
-            self._log.write("# not passed on from the bench's environment: " + " ".join(removed) + "\n")
         info = self.site.parent / "build-info.txt"
-        if info.is_file():
-            self._log.writelines("# " + line for line in info.read_text().splitlines(keepends=True))
-        self._log.flush()
-        self.proc: subprocess.Popen | None = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1, env=env,
-            start_new_session=True, preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
-        )
-        ready = self._receive("ready")
+        header = info.read_text().splitlines() if info.is_file() else []
+        self.proc: subprocess.Popen | None
+        self.proc, self._log = start_peer(cmd, self.log_path, header, pipes=True)
+        ready = self._receive("ready", self.load_timeout_s)
         outside = [str(p) for p in [ready.get("llama_cpp") or "", *(ready.get("libraries") or [])]
                    if not Path(p).resolve().is_relative_to(self.site)]
         if outside:
             self.close()
             raise BackendUnavailableError(f"the {name} worker loaded {outside[0]}, not the llama_cpp of {self.site}")
         self.version = ready.get("version")
-        self.load_rss_mb = _proc_status_mb(self.proc.pid, "VmRSS")
+        self.load_rss_mb = proc_status_mb(self.proc.pid, "VmRSS")
 
-    def _log_tail(self, n: int = 3) -> str:
+    def _receive(self, key: str, timeout_s: float) -> dict:
+        """The worker's next message, which must hold ``key``; else (or after ``timeout_s`` without one) the
+        worker is ended and the error raised."""
+        proc = self.proc
+        late = threading.Event()
+        lock = threading.Lock()
+        answered = False
+
+        def expire() -> None:
+            with lock:  # an answer read just before the timer fired wins: the worker is then left alone
+                if answered:
+                    return
+                late.set()
+            end_process_group(proc)  # the readline below then sees end of file
+
+        watchdog = threading.Timer(timeout_s, expire) if proc is not None else None
+        if watchdog is not None:
+            watchdog.daemon = True
+            watchdog.start()
         try:
-            lines = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join([x for x in lines if not x.startswith(("$ ", "# "))][-n:])
-
-    def _receive(self, key: str) -> dict:
-        """The worker's next message, which must hold ``key``; else the worker is ended and the error raised."""
-        line = self.proc.stdout.readline() if self.proc is not None else ""
+            line = proc.stdout.readline() if proc is not None else ""
+        finally:
+            with lock:
+                answered = True
+            if watchdog is not None:
+                watchdog.cancel()
         what = None
         try:
             msg = json.loads(line) if line else None
         except ValueError:
             msg, what = None, f"sent an answer that is not JSON ({line[:120]!r})"
+        if late.is_set():  # ended by the watchdog, whatever it sent last
+            msg, what = None, f"gave no answer in {timeout_s:g} s and was ended"
         if isinstance(msg, dict) and key in msg:
             return msg
         if isinstance(msg, dict) and "error" in msg:
@@ -158,7 +187,7 @@ class StockLlamaCppPythonPeer(Method):
                 except ValueError:
                     pass
         self.close()
-        raise BackendUnavailableError(f"the stock llama-cpp-python worker {what}; log {self.log_path}: {self._log_tail()}")
+        raise BackendUnavailableError(f"the stock llama-cpp-python worker {what}; log {self.log_path}: {log_tail(self.log_path, 3)}")
 
     def _send(self, req: dict) -> None:
         if self.proc is None:
@@ -178,16 +207,16 @@ class StockLlamaCppPythonPeer(Method):
                    "eos": self.eos}
             t_send = time.perf_counter()
             self._send(req)
-            ans = self._receive("tokens")
+            ans = self._receive("tokens", self.turn_timeout_s)
             first = ans.get("first_s")
             return ans["tokens"], (t_send + first) if first is not None else None, None, None
 
         # cold start per question, outside the clock; later turns reuse the prefix, as the in-process peer
         self._send({"reset": True})
-        self._receive("reset")
+        self._receive("reset", self.turn_timeout_s)
         rec = self.turns.run_turns(question, turn)
         if self.proc is not None:
-            peak = _proc_status_mb(self.proc.pid, "VmHWM")
+            peak = proc_status_mb(self.proc.pid, "VmHWM")
             if peak is not None:
                 rec.extra["rss_peak_mb"] = peak
         return rec
