@@ -33,7 +33,7 @@ from speculative.bench.report import geometric_mean_ci  # noqa: E402
 INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
 ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
-MACHINE = {"qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+MACHINE = {"qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
 #: plain decoders that are not ours, by name, for runs that did not record the ``unmodified`` flag: their code
 #: and kernels are llama.cpp's (its default build) or PyTorch's, unmodified. The in-process llama-cpp-python peer
@@ -217,24 +217,23 @@ def acceptance_table(run: str) -> list[str]:
 
 TABLES = {
     "headline": lambda: headline([
-        ("qwen-stock-peer-zen4", "suffix", ""),
-        ("qwen-stock-peer-zen4", "ngram", ""),
+        ("qwen-gate-clean-env-zen4", "suffix", ""),
+        ("qwen-gate-clean-env-zen4", "ngram", ""),
+        ("qwen-gate-clean-env-zen4", "suffix+eagle:qwen2.5-coder-1.5b-instruct-eagle,tree=3", " (suffix, then the trained head's token tree)"),
+        ("qwen-gate-clean-env-zen4", "eagle:qwen2.5-coder-1.5b-instruct-eagle", " (trained head)"),
+        ("qwen-gate-clean-env-zen4", "baseline", " (our plain decoding)"),
+        ("qwen-gate-clean-env-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
+        ("qwen-gate-clean-env-zen4", "llama-cpp-python (stock)", " (pip's default build)"),
+        ("qwen-gate-clean-env-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
+        ("qwen-gate-clean-env-zen4", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
         ("qwen-stock-peer-zen4", "baseline", " (our plain decoding)"),
-        ("qwen-stock-peer-zen4", "llama-cpp-python (stock)", " (pip's default build)"),
         ("qwen-agentic2-zen4", "suffix", " (suffix decoding, k = 16)"),
         ("qwen-agentic2-zen4", "ngram", " (k = 16)"),
         ("qwen-agentic2-zen4", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
-        ("qwen-gate-hugepages-zen4", "suffix", ""),
-        ("qwen-gate-hugepages-zen4", "ngram", ""),
-        ("qwen-gate-hugepages-zen4", "suffix+eagle:qwen2.5-coder-1.5b-instruct-eagle,tree=3", " (suffix, then the trained head's token tree)"),
-        ("qwen-gate-hugepages-zen4", "eagle:qwen2.5-coder-1.5b-instruct-eagle", " (trained head)"),
-        ("qwen-gate-hugepages-zen4", "baseline", " (our plain decoding)"),
-        ("qwen-gate-hugepages-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
-        ("qwen-gate-hugepages-zen4", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
-        ("qwen-gate-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
         ("qwen-peers-v3", "ngram", ""),
         ("qwen-gate-4", "ngram", ""),
     ]),
+    "qwen-gate-clean-env-zen4": lambda: methods_table(["qwen-gate-clean-env-zen4"], categories=True),
     "qwen-stock-peer-zen4": lambda: methods_table(["qwen-stock-peer-zen4"], categories=True),
     "qwen-gate-hugepages-zen4": lambda: methods_table(["qwen-gate-hugepages-zen4"], categories=True),
     "qwen-gate-f16attn-zen4": lambda: methods_table(["qwen-gate-f16attn-zen4"], categories=True),
