@@ -4,12 +4,13 @@ their environment, their start and log, the build-script runner."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from speculative.bench.peer_process import peer_environment, run_build_script, start_peer, stop_process
+from speculative.bench.peer_process import end_process_group, peer_environment, run_build_script, start_peer, stop_process
 from speculative.errors import BackendUnavailableError
 
 
@@ -76,3 +77,27 @@ def test_run_build_script_returns_the_folder_it_prints_and_quotes_a_failure(tmp_
     bad.write_text("echo first >&2\necho why it failed >&2\nexit 1\n")
     with pytest.raises(BackendUnavailableError, match=r"^building a thing failed: first \| why it failed$"):
         run_build_script(bad, "a thing", progress=False)
+
+
+@pytest.mark.quick
+def test_end_process_group_kills_a_member_that_ignores_sigterm_after_its_leader_exits(tmp_path):
+    """The leader exits on SIGTERM at once; its child ignores SIGTERM: the child must not outlive the call."""
+    script = tmp_path / "leader.sh"
+    script.write_text("(trap '' TERM; sleep 60) & echo $! ; wait\n")
+    p = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = int(p.stdout.readline())
+    time.sleep(0.2)  # the child's trap is set
+    t0 = time.monotonic()
+    end_process_group(p)
+    p.stdout.close()
+    assert time.monotonic() - t0 < 9  # the leader went on SIGTERM: no 10 s wait
+    for _ in range(50):  # the killed child is reaped by init a moment later
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the child {child} that ignores SIGTERM is still running")

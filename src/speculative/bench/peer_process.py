@@ -114,17 +114,22 @@ def run_build_script(script: Path, what: str, progress: bool) -> Path:
 
 def end_process_group(p: subprocess.Popen) -> None:
     """SIGTERM to ``p``'s process group (a build script runs its own trap, which removes its temporary
-    folder), then SIGKILL after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    folder), up to 10 s for ``p`` to exit, then SIGKILL to what is left of the group (``p`` included if it
+    is still running: members that ignore SIGTERM must not outlive the bench); waits for ``p``."""
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        p.wait()
+        return
+    try:
+        p.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
 
 
 def stop_process(p: subprocess.Popen, timeout_s: float = 10.0) -> None:
