@@ -34,7 +34,7 @@ INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
 ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
 XEON = "Intel Xeon (Sapphire Rapids class), AVX-512 with VNNI, 2 cores"
-MACHINE = {"qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+MACHINE = {"qwen-agentic-clean-env-xeon": XEON, "qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
 #: plain decoders that are not ours, by name, for runs that did not record the ``unmodified`` flag: their code
 #: and kernels are llama.cpp's (its default build) or PyTorch's, unmodified. The in-process llama-cpp-python peer
@@ -232,6 +232,9 @@ TABLES = {
         ("qwen-gate-clean-env-xeon", "ngram", ""),
         ("qwen-gate-clean-env-xeon", "baseline", " (our plain decoding)"),
         ("qwen-gate-clean-env-xeon", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+        ("qwen-agentic-clean-env-xeon", "ngram", " (k = 16)"),
+        ("qwen-agentic-clean-env-xeon", "suffix", " (suffix decoding, k = 16)"),
+        ("qwen-agentic-clean-env-xeon", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
         ("qwen-agentic2-zen4", "suffix", " (suffix decoding, k = 16)"),
         ("qwen-agentic2-zen4", "ngram", " (k = 16)"),
         ("qwen-agentic2-zen4", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
@@ -239,6 +242,7 @@ TABLES = {
         ("qwen-gate-4", "ngram", ""),
     ]),
     "qwen-gate-clean-env-xeon": lambda: methods_table(["qwen-gate-clean-env-xeon"], categories=True),
+    "qwen-agentic-clean-env-xeon": lambda: methods_table(["qwen-agentic-clean-env-xeon"], categories=True),
     "qwen-gate-clean-env-zen4": lambda: methods_table(["qwen-gate-clean-env-zen4"], categories=True),
     "qwen-stock-peer-zen4": lambda: methods_table(["qwen-stock-peer-zen4"], categories=True),
     "qwen-gate-hugepages-zen4": lambda: methods_table(["qwen-gate-hugepages-zen4"], categories=True),
