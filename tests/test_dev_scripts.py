@@ -179,3 +179,28 @@ def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
         f.write_text(first + "\n" + bad + "\n")
         r = _run(sys.executable, script, str(f))
         assert r.returncode == 1 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
+    script = str(ROOT / "scripts" / "bench_kernels_summary.py")
+    r = _run(sys.executable, script, str(tmp_path / "missing.txt"))
+    assert r.returncode == 2 and "is not a file" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "empty.txt").write_text("peak: 468 GMAC/s\n")
+    r = _run(sys.executable, script, str(tmp_path / "empty.txt"))
+    assert r.returncode == 2 and "no bench_kernels runs" in r.stderr and "Traceback" not in r.stderr
+    r = _run(sys.executable, script, "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt")
+    assert r.returncode == 0, r.stderr
+    # the figures docs/kernels.md quotes (Q4_K and Q6_K streaming, two threads, n = 1 and 8)
+    assert "stream 2 thr q4_K  n=1  old   25.2 new   29.5 GB/s   ratio 1.17" in r.stdout
+    assert "stream 2 thr q6_K  n=8  old   17.0 new   21.1 GB/s   ratio 1.24" in r.stdout
+    # one build only: refused
+    one = "".join(b for b in (ROOT / "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt").read_text()
+                  .split("== build ") if b.startswith("old")).replace("old,", "== build old,")
+    (tmp_path / "one.txt").write_text(one)
+    r = _run(sys.executable, script, str(tmp_path / "one.txt"))
+    assert r.returncode == 2 and "expected two builds" in r.stderr
+
+
+def test_bench_kernels_lib_option_refuses_a_folder_without_the_library(tmp_path):
+    r = _run(sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--lib", str(tmp_path), "2")
+    assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, r.stderr

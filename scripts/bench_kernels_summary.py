@@ -1,0 +1,68 @@
+"""Summarize alternating runs of scripts/bench_kernels.py against two builds (one file, each run headed
+"== build NAME, round R, T threads"): per build, thread count, weight type and token count, the median
+over rounds of the streaming rate (GB/s of weights read from memory) and of the in-cache rate (GMAC/s),
+and the ratio of the second build's median to the first's.
+
+    .venv/bin/python scripts/bench_kernels_summary.py docs/bench/kernels-v10-xeon/bench-kernels-ab.txt
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def parse(text: str) -> dict:
+    """{(build, threads, type, "stream" | "cache", n): [rate per round]}; stream rates in GB/s, cache in GMAC/s."""
+    runs: dict = defaultdict(list)
+    build = threads = None
+    for line in text.splitlines():
+        head = re.match(r"== build (\S+), round \d+, (\d+) threads", line)
+        if head:
+            build, threads = head.group(1), int(head.group(2))
+            continue
+        m = re.match(r"(\w+)\s+(stream|compute)", line)
+        if m is None or build is None:
+            continue
+        kind = "stream" if m.group(2) == "stream" else "cache"
+        pat = r"n=(\d+) \d+ GMAC/s ([\d.]+) GB/s" if kind == "stream" else r"n=(\d+) (\d+) GMAC/s"
+        for n, rate in re.findall(pat, line):
+            runs[(build, threads, m.group(1), kind, int(n))].append(float(rate))
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    if not path.is_file():
+        print(f"error: {path} is not a file", file=sys.stderr)
+        return 2
+    runs = parse(path.read_text(errors="replace"))
+    if not runs:
+        print(f"error: no bench_kernels runs headed '== build NAME, round R, T threads' in {argv[0]}", file=sys.stderr)
+        return 2
+    builds = list(dict.fromkeys(k[0] for k in runs))
+    if len(builds) != 2:
+        print(f"error: expected two builds, found {builds}", file=sys.stderr)
+        return 2
+    a, b = builds
+    print(f"median over rounds; ratio {b}/{a} (above 1: {b} faster)")
+    for kind, unit in (("stream", "GB/s"), ("cache", "GMAC/s")):
+        keys = sorted({k[1:] for k in runs if k[3] == kind}, key=lambda k: (-k[0], k[1], k[3]))
+        for threads, typ, _, n in keys:
+            ra, rb = runs.get((a, threads, typ, kind, n)), runs.get((b, threads, typ, kind, n))
+            if not ra or not rb:
+                continue
+            ma, mb = statistics.median(ra), statistics.median(rb)
+            print(f"{kind:6s} {threads} thr {typ:5s} n={n:<2d} {a} {ma:6.1f} {b} {mb:6.1f} {unit:6s} "
+                  f"ratio {mb / ma:.2f} (rounds {len(ra)}/{len(rb)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
