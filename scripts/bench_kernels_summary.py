@@ -16,35 +16,50 @@ from pathlib import Path
 
 
 def parse(text: str) -> dict:
-    """{(build, threads, type, "stream" | "cache", n): [rate per round]}; stream rates in GB/s, cache in GMAC/s."""
+    """{(build, threads, type, "stream" | "cache", n): [rate per round]}; stream rates in GB/s, cache in GMAC/s.
+
+    Raises:
+        ValueError: a line starting with "==" that is not a run header, or a run whose own thread count
+            ("kernels ISA, N threads") differs from its header's.
+    """
     runs: dict = defaultdict(list)
     build = threads = None
-    for line in text.splitlines():
-        head = re.match(r"== build (\S+), round \d+, (\d+) threads", line)
-        if head:
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("=="):
+            head = re.fullmatch(r"== build (\S+), round \d+, (\d+) threads?\s*", line)
+            if head is None:
+                raise ValueError(f"line {no}: not a run header ('== build NAME, round R, T threads'): {line[:80]!r}")
             build, threads = head.group(1), int(head.group(2))
             continue
+        own = re.match(r"kernels \S+, (\d+) threads?", line)
+        if own and build is not None and int(own.group(1)) != threads:
+            raise ValueError(f"line {no}: the run says {own.group(1)} threads, its header {threads}")
         m = re.match(r"(\w+)\s+(stream|compute)", line)
         if m is None or build is None:
             continue
         kind = "stream" if m.group(2) == "stream" else "cache"
-        pat = r"n=(\d+) \d+ GMAC/s ([\d.]+) GB/s" if kind == "stream" else r"n=(\d+) (\d+) GMAC/s"
+        pat = r"n=(\d+) [\d.]+ GMAC/s ([\d.]+) GB/s" if kind == "stream" else r"n=(\d+) ([\d.]+) GMAC/s"
         for n, rate in re.findall(pat, line):
             runs[(build, threads, m.group(1), kind, int(n))].append(float(rate))
     return runs
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print("usage: bench_kernels_summary.py FILE  (alternating bench_kernels.py runs, each headed "
+              "'== build NAME, round R, T threads')", file=sys.stderr)
         return 2
     path = Path(argv[0])
-    if not path.is_file():
-        print(f"error: {path} is not a file", file=sys.stderr)
+    try:
+        runs = parse(path.read_text(errors="replace"))
+    except OSError as e:
+        print(f"error: cannot read {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    runs = parse(path.read_text(errors="replace"))
+    except ValueError as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        return 2
     if not runs:
-        print(f"error: no bench_kernels runs headed '== build NAME, round R, T threads' in {argv[0]}", file=sys.stderr)
+        print(f"error: no bench_kernels runs headed '== build NAME, round R, T threads' in {path}", file=sys.stderr)
         return 2
     builds = list(dict.fromkeys(k[0] for k in runs))
     if len(builds) != 2:

@@ -183,8 +183,13 @@ def test_interleaved_summary_errors_and_the_committed_files(tmp_path):
 
 def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     script = str(ROOT / "scripts" / "bench_kernels_summary.py")
+    for args in ([], ["--help"], ["a", "b"]):
+        r = _run(sys.executable, script, *args)
+        assert r.returncode == 2 and r.stderr.startswith("usage:") and "Traceback" not in r.stderr
     r = _run(sys.executable, script, str(tmp_path / "missing.txt"))
-    assert r.returncode == 2 and "is not a file" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+    r = _run(sys.executable, script, str(tmp_path))  # a folder
+    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "empty.txt").write_text("peak: 468 GMAC/s\n")
     r = _run(sys.executable, script, str(tmp_path / "empty.txt"))
     assert r.returncode == 2 and "no bench_kernels runs" in r.stderr and "Traceback" not in r.stderr
@@ -193,6 +198,19 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     # the figures docs/kernels.md quotes (Q4_K and Q6_K streaming, two threads, n = 1 and 8)
     assert "stream 2 thr q4_K  n=1  old   25.2 new   29.5 GB/s   ratio 1.17" in r.stdout
     assert "stream 2 thr q6_K  n=8  old   17.0 new   21.1 GB/s   ratio 1.24" in r.stdout
+    # in cache, medians too (the drop docs/kernels.md mentions)
+    assert "cache  2 thr q4_K  n=8  old  381.0 new  350.0 GMAC/s ratio 0.92" in r.stdout
+    good = (ROOT / "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt").read_text()
+    # a header that does not parse must not let its run join the previous build's numbers
+    bad = good.replace("== build new, round 2, 1 threads", "== build new round 2, 1 threads")
+    (tmp_path / "bad.txt").write_text(bad)
+    r = _run(sys.executable, script, str(tmp_path / "bad.txt"))
+    assert r.returncode == 2 and "not a run header" in r.stderr and "Traceback" not in r.stderr
+    # a header whose thread count is not the run's
+    bad = good.replace("== build new, round 2, 1 threads", "== build new, round 2, 2 threads", 1)
+    (tmp_path / "bad.txt").write_text(bad)
+    r = _run(sys.executable, script, str(tmp_path / "bad.txt"))
+    assert r.returncode == 2 and "the run says 1 threads, its header 2" in r.stderr
     # one build only: refused
     one = "".join(b for b in (ROOT / "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt").read_text()
                   .split("== build ") if b.startswith("old")).replace("old,", "== build old,")
@@ -202,5 +220,13 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
 
 
 def test_bench_kernels_lib_option_refuses_a_folder_without_the_library(tmp_path):
-    r = _run(sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--lib", str(tmp_path), "2")
-    assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    script = str(ROOT / "scripts" / "bench_kernels.py")
+    r = _run(sys.executable, script, "--lib", str(tmp_path), "2")
+    assert r.returncode == 2 and "--lib needs a folder with libggml-cpu.so" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "libggml-cpu.so").write_bytes(b"")  # the unversioned name alone: the binary loads the .so.0
+    r = _run(sys.executable, script, "--lib", str(tmp_path), "2")
+    assert r.returncode == 2 and "--lib needs a folder" in r.stderr, r.stderr
+    r = _run(sys.executable, script, "--lib")
+    assert r.returncode == 2 and "--lib needs a folder" in r.stderr, r.stderr
+    r = _run(sys.executable, script, "2", "--lib", str(tmp_path))
+    assert r.returncode == 2 and "--lib DIR must come first" in r.stderr, r.stderr
