@@ -30,9 +30,10 @@ def main(argv: list[str]) -> int:
             print("error: --lib DIR must come first (usage: bench_kernels.py [--lib DIR] [threads] [K] [MB])",
                   file=sys.stderr)
             return 2
-        if len(argv) < 2 or not all((Path(argv[1]) / name).is_file() for name in ("libggml-cpu.so", "libggml-cpu.so.0")):
-            print("error: --lib needs a folder with libggml-cpu.so and libggml-cpu.so.0 (a copy of the venv's "
-                  "llama_cpp/lib)", file=sys.stderr)
+        linked = [f"{name}{ext}" for name in ("libggml-cpu", "libggml-base", "libggml") for ext in (".so", ".so.0")]
+        if len(argv) < 2 or not all((Path(argv[1]) / name).is_file() for name in linked):
+            print("error: --lib needs a folder with libggml-cpu.so, libggml-base.so and libggml.so, each also as .so.0 "
+                  "(a copy of the venv's llama_cpp/lib)", file=sys.stderr)
             return 2
         lib, argv = Path(argv[1]).resolve(), argv[2:]
     cc = shutil.which("cc") or shutil.which("gcc")

@@ -212,8 +212,7 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     r = _run(sys.executable, script, str(tmp_path / "bad.txt"))
     assert r.returncode == 2 and "the run says 1 threads, its header 2" in r.stderr
     # one build only: refused
-    one = "".join(b for b in (ROOT / "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt").read_text()
-                  .split("== build ") if b.startswith("old")).replace("old,", "== build old,")
+    one = "".join(b for b in good.split("== build ") if b.startswith("old")).replace("old,", "== build old,")
     (tmp_path / "one.txt").write_text(one)
     r = _run(sys.executable, script, str(tmp_path / "one.txt"))
     assert r.returncode == 2 and "expected two builds" in r.stderr
@@ -226,6 +225,9 @@ def test_bench_kernels_lib_option_refuses_a_folder_without_the_library(tmp_path)
     (tmp_path / "libggml-cpu.so").write_bytes(b"")  # the unversioned name alone: the binary loads the .so.0
     r = _run(sys.executable, script, "--lib", str(tmp_path), "2")
     assert r.returncode == 2 and "--lib needs a folder" in r.stderr, r.stderr
+    (tmp_path / "libggml-cpu.so.0").write_bytes(b"")  # libggml-cpu alone: the link needs libggml-base and libggml too
+    r = _run(sys.executable, script, "--lib", str(tmp_path), "2")
+    assert r.returncode == 2 and "--lib needs a folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = _run(sys.executable, script, "--lib")
     assert r.returncode == 2 and "--lib needs a folder" in r.stderr, r.stderr
     r = _run(sys.executable, script, "2", "--lib", str(tmp_path))
