@@ -32,8 +32,9 @@ def test_a_peer_starts_in_a_session_of_its_own_with_its_log_headed(tmp_path, mon
     in the bench's terminal does not reach it), talks over pipes, and is stopped."""
     monkeypatch.setenv("GGML_CPU_TILED_MM", "0")
     log = tmp_path / "logs" / "peer.log"
-    cmd = ["python3", "-c", "import os, sys; print(os.getsid(0), os.environ.get('GGML_CPU_TILED_MM')); "
-           "print('to the log', file=sys.stderr); sys.stdout.flush(); sys.stdin.readline()"]
+    # stderr first: the parent stops the peer once stdout's line arrives (at once under PYTHONUNBUFFERED)
+    cmd = ["python3", "-c", "import os, sys; print('to the log', file=sys.stderr, flush=True); "
+           "print(os.getsid(0), os.environ.get('GGML_CPU_TILED_MM'), flush=True); sys.stdin.readline()"]
     p, f = start_peer(cmd, log, ["built by a test"], pipes=True)
     try:
         sid, tiled = p.stdout.readline().split()
