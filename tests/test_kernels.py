@@ -10,9 +10,10 @@
   written outside), the repacked layout against the original (every row unpacks to its bytes),
   the vectorized Q8_K quantizer against ggml's, and ggml_mul_mat / ggml_get_rows through the
   CPU_BIMM buffer type over n tokens against one token at a time. The kernel source is built for
-  every instruction-set family the CPU can run (AVX-512 with and without VNNI, AVX2, scalar), and
-  each build is shown to fail under deliberate mutations: float operations reordered, a wrong
-  scale, an error only in batches, a broken unpack.
+  every instruction-set family the CPU can run (AVX-512 with and without VNNI, AVX2 with and without
+  AVX-VNNI, scalar), and each build is shown to fail under deliberate mutations: float operations
+  reordered, a wrong scale (in the VNNI and in the other builds' Q4_K sub-block products), an error
+  only in batches, a broken unpack.
 """
 
 from __future__ import annotations
@@ -170,18 +171,26 @@ FAMILIES = (
     ("native", ["-march=native", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"], (), None),
     ("avx512bw", ["-march=native", "-mno-avx512vnni", "-mno-avxvnni", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"],
      ("avx512f", "avx512bw"), "AVX512BW"),
+    ("avx2-vnni", ["-march=x86-64-v3", "-mavxvnni"], ("avx2", "fma", "f16c", "avx_vnni"), "AVX2-VNNI"),
     ("avx2", ["-march=x86-64-v3", "-mno-avxvnni"], ("avx2", "fma", "f16c"), "AVX2"),
     ("scalar", ["-march=x86-64-v2"], (), "none"),
 )
 
 #: deliberate mutations of the kernel sources (file, text replaced, replacement, the instruction-set
-#: families whose code it changes: "kernels" = every family with SIMD kernels) that the harness must catch
+#: families whose code it changes: "kernels" = every family with SIMD kernels, "VNNI" / "no VNNI" = the
+#: families with kernels whose ISA name has / lacks VNNI) that the harness must catch
 MUTATIONS = {
     # the two float updates of a Q4_K block in the other order (the canonical order changes)
     "q4_K float order": ("bimm.c", """const vf f = FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), FLOAD(fb[t]));
                 FSTORE(fb[t], FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), f));""",
                          """const vf f = FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), FLOAD(fb[t]));
                 FSTORE(fb[t], FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), f));""", "kernels"),
+    # with VNNI: a Q4_K sub-block's second 16-weight product multiplied by the next sub-block's scale
+    "q4_K half-product scale (VNNI)": ("bimm.c", "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc[s]), d1[t], sc[s]);",
+                                       "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc[s]), d1[t], sc[(s) ^ 1]);", "VNNI"),
+    # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
+    "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc[s], VSLL32(sc[s], 16));",
+                                  "const vi sc2 = sc[s];", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
     "q6_K wrong scale": ("bimm.c", "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * k), 24);",
                          "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * (3 - k)), 24);", "kernels"),
@@ -318,9 +327,15 @@ def test_native_harness_catches_mutations(tmp_path, mutation):
             continue  # no kernels in the scalar build
         if reaches in ("AVX512", "AVX2") and not reported.startswith(reaches):
             continue
+        if reaches == "VNNI" and "VNNI" not in reported:
+            continue
+        if reaches == "no VNNI" and ("VNNI" in reported or reported == "none"):
+            continue
         run = _harness(tmp_path, name, flags, mutation=mutation)
         tried += 1
         assert run.returncode == 1 and run.stdout.rstrip().endswith("FAILED"), f"{name}: {run.stdout}"
+    if tried == 0:
+        pytest.skip(f"no instruction-set family this CPU runs has the code the mutation {mutation!r} changes")
     assert tried >= (2 if reaches in ("all", "kernels", "AVX512") else 1)
 
 

@@ -193,9 +193,11 @@ def read_bandwidth(threads: int, nbytes: int = 1 << 30, rounds: int = 5) -> floa
 
 
 def peak_macs(threads: int, seconds: float = 0.5) -> float | None:
-    """Integer multiply-adds per second of the kernels' inner instruction (vpdpbusd, or vpmaddubsw +
-    vpmaddwd without VNNI) on 12 independent accumulators per thread, ``threads`` threads: the compute
-    bound of a forward over many tokens. None without the patched build or its kernels."""
+    """Integer multiply-adds per second of the kernels' inner instruction, register-blocked: 12 independent
+    ``vpdpbusd`` chains per thread with VNNI, 6 chains each adding its own ``vpmaddubsw`` + ``vpmaddwd``
+    product without (builds of the patch before its eleventh version timed a loop that went through the
+    stack, about half the VNNI figure; docs/kernels.md). ``threads`` threads: the compute bound of a
+    forward over many tokens. None without the patched build or its kernels."""
     fn = _symbol("ggml_bimm_peak_macs", ctypes.c_double, [ctypes.c_int, ctypes.c_double])
     if fn is None:
         return None
