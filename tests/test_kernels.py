@@ -185,12 +185,12 @@ MUTATIONS = {
                 FSTORE(fb[t], FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), f));""",
                          """const vf f = FFNMA(FMUL(dmin, FSET1(da)), FCVT(msum), FLOAD(fb[t]));
                 FSTORE(fb[t], FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), f));""", "kernels"),
-    # with VNNI: a Q4_K sub-block's second 16-weight product multiplied by the next sub-block's scale
-    "q4_K half-product scale (VNNI)": ("bimm.c", "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc[s]), d1[t], sc[s]);",
-                                       "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc[s]), d1[t], sc[(s) ^ 1]);", "VNNI"),
+    # with VNNI: a Q4_K sub-block's second 16-weight product multiplied by a scale one too large
+    "q4_K half-product scale (VNNI)": ("bimm.c", "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc), d1[t], sc);",
+                                       "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc), d1[t], VADD(sc, VSET1(1)));",
+                                       "VNNI"),
     # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
-    "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc[s], VSLL32(sc[s], 16));",
-                                  "const vi sc2 = sc[s];", "no VNNI"),
+    "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc, VSLL32(sc, 16));", "const vi sc2 = sc;", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
     "q6_K wrong scale": ("bimm.c", "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * k), 24);",
                          "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * (3 - k)), 24);", "kernels"),
