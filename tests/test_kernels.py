@@ -309,6 +309,10 @@ def test_native_kernels_bit_for_bit(tmp_path, family):
         assert "f16 columns kernel mismatches against vec_dot_f16: 0 of " in run.stdout
         for k, n in ((128, 9), (100, 5)):
             assert f"f16   flagged  mul_mat k={k:<3d} n={n:<2d} column mismatches: 0, reference mismatches: 0" in run.stdout
+        writes = [x for x in run.stdout.splitlines() if x.startswith("f16   set_rows of one-element rows")]
+        assert [x.split("mismatches: ")[1] for x in writes] == [
+            "0, elements written: 6144", "0, elements written: 45"], writes  # 3 thread counts x 256 x 8, x 5 x 3
+        assert "f32   soft_max rows with the maximum anywhere: 0 of 794 wrong" in run.stdout
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))

@@ -19,7 +19,10 @@
 //    rows; weight types CPU_BIMM does not take (Q5_K) must stay batch-invariant through vec_dot.
 //    An F16 tensor flagged GGML_TENSOR_FLAG_BATCH_INVARIANT (as llama.cpp's K/V caches of a
 //    batch-invariant context), read through a strided view with grouped-query broadcasting, must
-//    give the same column alone or in a batch, and ggml_bimm_f16_dot_ref's bits.
+//    give the same column alone or in a batch, and ggml_bimm_f16_dot_ref's bits. The transposed V
+//    cache's writes (ggml_set_rows of one-element rows, converted inline) must be ggml's F16
+//    rounding of each source element and touch nothing else, with 1-3 threads; soft_max must take
+//    each row's maximum wherever it sits (a maximum it missed would overflow the exponentials).
 //
 // Prints one line per check group, then "kernels: <isa>" and OK or FAILED; exit status 0 when
 // everything matches, 1 otherwise.
@@ -456,6 +459,70 @@ static void check_flagged_f16(int64_t k, int64_t m, int n) {
     ggml_free(cctx);
 }
 
+// the transposed V cache's writes: ggml_set_rows of one-element rows (a row per (token, channel)) into an F16
+// tensor of one-element rows, at the positions llama.cpp's V indices give (channel * cells + cell), which the
+// patch converts inline. Every written element must be ggml's F16 rounding of its source, every other element
+// untouched; with 1, 2 and 3 threads
+static void check_set_rows_transposed(int64_t channels, int64_t cells, int tokens) {
+    long bad = 0, checked = 0;
+    for (int nth = 1; nth <= 3; ++nth) {
+        struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 1, channels * cells);
+        struct ggml_tensor * src = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, channels * tokens);
+        struct ggml_tensor * idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, channels * tokens);
+        const ggml_fp16_t sentinel = ggml_fp32_to_fp16(-7.0f);
+        for (int64_t i = 0; i < channels * cells; ++i) ((ggml_fp16_t *) cache->data)[i] = sentinel;
+        fill((float *) src->data, channels * tokens, 1);
+        for (int t = 0; t < tokens; ++t) {
+            for (int64_t c = 0; c < channels; ++c) {  // token t at cell 3 + 2t: rows t * channels + c
+                ((int64_t *) idx->data)[t * channels + c] = c * cells + 3 + 2 * t;
+            }
+        }
+        struct ggml_tensor * y = ggml_set_rows(ctx, cache, src, idx);
+        compute(ctx, y, nth);
+        for (int64_t c = 0; c < channels; ++c) {
+            for (int64_t j = 0; j < cells; ++j) {
+                const int written = j >= 3 && j < 3 + 2 * tokens && (j - 3) % 2 == 0;
+                const ggml_fp16_t want = written ? ggml_fp32_to_fp16(((float *) src->data)[((j - 3) / 2) * channels + c])
+                                                 : sentinel;
+                bad += ((ggml_fp16_t *) cache->data)[c * cells + j] != want;
+                checked += written;
+            }
+        }
+        ggml_free(ctx);
+    }
+    printf("f16   set_rows of one-element rows (1-3 threads) mismatches: %ld, elements written: %ld\n", bad, checked);
+    failures += bad;
+}
+
+// soft_max takes each row's maximum before its exponentials: a row whose maximum (200, whose exponential
+// overflows a float) sits at any position, in the vector steps or the tail, must give a finite one-hot row
+static void check_soft_max_max(void) {
+    const int lens[] = { 5, 16, 33, 100, 640 };
+    long bad = 0, rows = 0;
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); ++li) {
+        const int n = lens[li];
+        struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, n);
+        fill((float *) x->data, (int64_t) n * n, 0);
+        for (int j = 0; j < n; ++j) ((float *) x->data)[j * n + j] = 200.0f;  // row j: the maximum at j
+        struct ggml_tensor * y = ggml_soft_max(ctx, x);
+        compute(ctx, y, 2);
+        for (int j = 0; j < n; ++j) {
+            const float * row = (const float *) y->data + j * n;
+            int ok = row[j] > 0.999f && row[j] <= 1.0f;
+            for (int i = 0; i < n; ++i) ok = ok && isfinite(row[i]);
+            bad += !ok;
+            ++rows;
+        }
+        ggml_free(ctx);
+    }
+    printf("f32   soft_max rows with the maximum anywhere: %ld of %ld wrong\n", bad, rows);
+    failures += bad;
+}
+
 // embedding lookups in CPU_BIMM against ggml's dequantization of the original rows
 static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     const size_t rb = ggml_row_size(type, k);
@@ -507,6 +574,9 @@ int main(int argc, char ** argv) {
         check_f16_cols();
         check_flagged_f16(128, 67, 9);  // a head dimension, cells not a multiple of the 4-row blocks
         check_flagged_f16(100, 40, 5);  // a length with a partial last step
+        check_set_rows_transposed(256, 77, 8);  // the 1.5B's 2 K/V heads x 128 channels, 8 tokens
+        check_set_rows_transposed(5, 9, 3);     // fewer destination rows than threads could split evenly
+        check_soft_max_max();
     }
     const char * isa = ggml_bimm_isa();
     printf("kernels: %s\n", isa ? isa : "none");
