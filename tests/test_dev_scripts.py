@@ -1,5 +1,6 @@
 """The measurement scripts of docs/kernels.md refuse bad arguments with one line, before any long work."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -200,7 +201,15 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     assert "stream 2 thr q6_K  n=8  old   17.0 new   21.1 GB/s   ratio 1.24" in r.stdout
     # in cache, medians too (the drop docs/kernels.md mentions)
     assert "cache  2 thr q4_K  n=8  old  381.0 new  350.0 GMAC/s ratio 0.92" in r.stdout
+    # and the rounds' paired ratios with their interval
+    assert re.search(r"stream 2 thr q4_K  n=1  old   25.2 new   29.5 GB/s   ratio 1.17 \(rounds \d+/\d+\) "
+                     r"paired \d\.\d{3} \(\d\.\d{3}-\d\.\d{3}\)", r.stdout), r.stdout
     good = (ROOT / "docs/bench/kernels-v10-xeon/bench-kernels-ab.txt").read_text()
+    # a third build: each later build against the first
+    new_runs = [part.split("== build old,")[0] for part in good.split("== build new,")[1:]]
+    (tmp_path / "three.txt").write_text(good + "".join("== build new2," + run for run in new_runs))
+    r = _run(sys.executable, script, str(tmp_path / "three.txt"))
+    assert r.returncode == 0 and "ratio new/old" in r.stdout and "ratio new2/old" in r.stdout, r.stderr
     # a header that does not parse must not let its run join the previous build's numbers
     bad = good.replace("== build new, round 2, 1 threads", "== build new round 2, 1 threads")
     (tmp_path / "bad.txt").write_text(bad)
@@ -215,7 +224,7 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     one = "".join(b for b in good.split("== build ") if b.startswith("old")).replace("old,", "== build old,")
     (tmp_path / "one.txt").write_text(one)
     r = _run(sys.executable, script, str(tmp_path / "one.txt"))
-    assert r.returncode == 2 and "expected two builds" in r.stderr
+    assert r.returncode == 2 and "expected two or more builds" in r.stderr
 
 
 def test_bench_kernels_lib_option_refuses_a_folder_without_the_library(tmp_path):

@@ -192,8 +192,15 @@ MUTATIONS = {
     # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
     "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc, VSLL32(sc, 16));", "const vi sc2 = sc;", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
-    "q6_K wrong scale": ("bimm.c", "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * k), 24);",
-                         "const vi sc = VSRA32(VSLL32(pl, 24 - 8 * (3 - k)), 24);", "kernels"),
+    "q6_K wrong scale": ("bimm.c", "isum[t] = DPWSSD(isum[t], dot, scs[k]);",
+                         "isum[t] = DPWSSD(isum[t], dot, scs[3 - k]);", "kernels"),
+    # a negative Q6_K scale left sign-extended into its lane's high word, which then multiplies the high word
+    # (the sign) of a negative half-sub-block product
+    "q6_K scale high word": ("bimm.c", "const vi scs[4] = { VAND(se, m16), VAND(so, m16), VSRL32(se, 16), VSRL32(so, 16) };",
+                             "const vi scs[4] = { se, VAND(so, m16), VSRL32(se, 16), VSRL32(so, 16) };", "kernels"),
+    # a Q6_K half sub-block's -32 offset taken from its neighbour's activations
+    "q6_K offset": ("bimm.c", "vi dot = VBCAST(off[t] + 2 * s + i);", "vi dot = VBCAST(off[t] + 2 * s + 1 - i);",
+                    "kernels"),
     # an error only in tiles of more than 4 tokens
     "q8_0 batch-dependent": ("bimm.c", "const vi  is = Q8_0_FIX(dot[t], ex[t][b]);",
                              "const vi  is = VADD(Q8_0_FIX(dot[t], ex[t][b]), VSET1(T > 2));", "kernels"),
@@ -302,8 +309,11 @@ def test_native_kernels_bit_for_bit(tmp_path, family):
         for t in BIMM_TYPES:
             name = t[0].lower() + t[1:]  # ggml's type name
             assert f"{name:5s} CPU_BIMM get_rows mismatches: 0" in run.stdout
-            assert run.stdout.count(f"{name:5s} CPU_BIMM mul_mat") == 3
-        assert "column mismatches: 0, reference mismatches: 0" in run.stdout
+            assert run.stdout.count(f"{name:5s} CPU_BIMM mul_mat") == (4 if name == "q8_0" else 3)
+        mm = [x for x in run.stdout.splitlines() if " CPU_BIMM mul_mat " in x]
+        assert mm and all("column mismatches: 0, reference mismatches: 0, rows: " in x for x in mm), mm
+        # the threads' chunks with a remainder chunk (bimm-buffer.cpp)
+        assert "q8_0  CPU_BIMM mul_mat n=3  column mismatches: 0, reference mismatches: 0, rows: 592" in run.stdout
         assert "q5_K  CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16   CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16 columns kernel mismatches against vec_dot_f16: 0 of " in run.stdout

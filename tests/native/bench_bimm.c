@@ -5,6 +5,7 @@
 //   compute:  multiply-adds per second of each type's kernels with the weights in cache (each thread
 //             256 rows x K, the product repeated 50 times), n = 1, 2, 4, 8, 16 tokens
 //   stream:   the same over MB megabytes of weights (far beyond the caches), n = 1, 2, 4, 8
+// Weights are on transparent huge pages where THP allows (madvise mode included), like the CPU_BIMM buffer's.
 // Every figure is the best of 15 runs (a shared machine only ever slows a run down).
 // Usage: bench_bimm [threads=2] [K=1536] [MB=256]
 
@@ -90,7 +91,11 @@ static char * weights(enum ggml_type type, int64_t k, int64_t rows) {
     char * wq = malloc(rb * rows);
     ggml_quantize_chunk(type, wf, wq, 0, 256, k, NULL);
     for (int64_t r = 256; r < rows; r += 256) memcpy(wq + r * rb, wq, 256 * rb);
-    char * wr = aligned_alloc(64, GGML_PAD(rb * rows, 64));
+    // on transparent huge pages where the kernel allows them, as the CPU_BIMM buffer's weights are (advised before
+    // they are written; GGML_CPU_BIMM_HUGEPAGES=0 leaves them on 4 KiB pages, as before 2026-12-06)
+    const size_t bytes = GGML_PAD(rb * rows, 2 << 20);
+    char * wr = aligned_alloc(2 << 20, bytes);
+    ggml_bimm_advise_huge_pages(wr, bytes);
     ggml_bimm_repack(type, wr, wq, rows, k);
     free(wq);
     free(wf);

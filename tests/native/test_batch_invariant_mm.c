@@ -13,8 +13,9 @@
 //    rows and columns (1..17), lengths 1..17, 31..33, 64, 100, 128, 640, strided rows, must equal
 //    ggml_bimm_f16_dot_ref for every (row, column) and write nothing else.
 // 2. Graph level (with --graph, against the installed ggml-cpu): ggml_mul_mat(W, X) with W loaded
-//    into the CPU_BIMM buffer type (GGML_CPU_BATCH_INVARIANT=1) over n tokens, 2 threads, must equal
-//    column by column the same product computed one token at a time and the reference; an
+//    into the CPU_BIMM buffer type (GGML_CPU_BATCH_INVARIANT=1) over n tokens, 2 threads (64 rows, and 592
+//    rows: the threads' chunks and a remainder chunk), must equal column by column the same product
+//    computed one token at a time and the reference; an
 //    embedding lookup (ggml_get_rows) in CPU_BIMM must equal ggml's dequantization of the original
 //    rows; weight types CPU_BIMM does not take (Q5_K) must stay batch-invariant through vec_dot.
 //    An F16 tensor flagged GGML_TENSOR_FLAG_BATCH_INVARIANT (as llama.cpp's K/V caches of a
@@ -385,8 +386,8 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
         }
         free(act);
     }
-    printf("%-5s %s mul_mat n=%-2d column mismatches: %ld, reference mismatches: %ld\n", ggml_type_name(type),
-           bimm ? "CPU_BIMM" : "CPU     ", n, col_bad, ref_bad);
+    printf("%-5s %s mul_mat n=%-2d column mismatches: %ld, reference mismatches: %ld, rows: %lld\n", ggml_type_name(type),
+           bimm ? "CPU_BIMM" : "CPU     ", n, col_bad, ref_bad, (long long) m);
     failures += col_bad + ref_bad;
     ggml_backend_buffer_free(L.buf);
     ggml_free(L.ctx);
@@ -571,6 +572,8 @@ int main(int argc, char ** argv) {
             }
             check_get_rows(kTypes[i], 512, 64);
         }
+        // 37 row groups: the 2 threads' contiguous chunks of 18 groups and a remainder chunk of 1
+        check_graph(GGML_TYPE_Q8_0, 256, 592, 3, true);
         check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false);  // a type CPU_BIMM does not take: vec_dot
         check_graph(GGML_TYPE_F16, 600, 64, 9, false);   // F16 rows, as the attention's caches
         check_f16_cols();
