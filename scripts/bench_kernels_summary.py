@@ -24,8 +24,8 @@ def parse(text: str) -> dict:
     """{(build, threads, type, "stream" | "cache", n): {round: rate}}; stream rates in GB/s, cache in GMAC/s.
 
     Raises:
-        ValueError: a line starting with "==" that is not a run header, or a run whose own thread count
-            ("kernels ISA, N threads") differs from its header's.
+        ValueError: a line starting with "==" that is not a run header, a run whose own thread count
+            ("kernels ISA, N threads") differs from its header's, or a build with the same round twice.
     """
     runs: dict = defaultdict(dict)
     build = threads = rnd = None
@@ -43,9 +43,14 @@ def parse(text: str) -> dict:
         if m is None or build is None:
             continue
         kind = "stream" if m.group(2) == "stream" else "cache"
-        pat = r"n=(\d+) [\d.]+ GMAC/s ([\d.]+) GB/s" if kind == "stream" else r"n=(\d+) ([\d.]+) GMAC/s"
+        num = r"\d+(?:\.\d+)?"
+        pat = rf"n=(\d+) {num} GMAC/s ({num}) GB/s" if kind == "stream" else rf"n=(\d+) ({num}) GMAC/s"
         for n, rate in re.findall(pat, line):
-            runs[(build, threads, m.group(1), kind, int(n))][rnd] = float(rate)
+            key = (build, threads, m.group(1), kind, int(n))
+            if rnd in runs[key]:
+                raise ValueError(f"line {no}: build {build} has round {rnd} twice ({kind} {m.group(1)} n={n}); "
+                                 "give each run of a build its own round number")
+            runs[key][rnd] = float(rate)
     return runs
 
 
@@ -81,9 +86,10 @@ def main(argv: list[str]) -> int:
                 if not ra or not rb:
                     continue
                 ma, mb = statistics.median(ra.values()), statistics.median(rb.values())
+                ratio = f"{mb / ma:.2f}" if ma > 0 else "n/a"
                 line = (f"{kind:6s} {threads} thr {typ:5s} n={n:<2d} {a} {ma:6.1f} {b} {mb:6.1f} {unit:6s} "
-                        f"ratio {mb / ma:.2f} (rounds {len(ra)}/{len(rb)})")
-                both = sorted(set(ra) & set(rb))
+                        f"ratio {ratio} (rounds {len(ra)}/{len(rb)})")
+                both = sorted(r for r in set(ra) & set(rb) if ra[r] > 0 and rb[r] > 0)
                 if len(both) >= 2:
                     g, lo, hi = geometric_mean_ci([rb[r] / ra[r] for r in both])
                     line += f" paired {g:.3f} ({lo:.3f}-{hi:.3f})"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from speculative.kernels import llama_lib_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.quick
 
@@ -220,11 +222,32 @@ def test_bench_kernels_summary_errors_and_the_committed_file(tmp_path):
     (tmp_path / "bad.txt").write_text(bad)
     r = _run(sys.executable, script, str(tmp_path / "bad.txt"))
     assert r.returncode == 2 and "the run says 1 threads, its header 2" in r.stderr
+    # the same round twice for one build (two files concatenated): refused, not silently overwritten
+    (tmp_path / "twice.txt").write_text(good + good)
+    r = _run(sys.executable, script, str(tmp_path / "twice.txt"))
+    assert r.returncode == 2 and "round 1 twice" in r.stderr and "Traceback" not in r.stderr
+    # a zero rate: no division by zero
+    zero = re.sub(r"(q4_K\s+compute \(in cache\):\s+n=1) \d+ GMAC/s", r"\1 0 GMAC/s", good)
+    assert zero != good
+    (tmp_path / "zero.txt").write_text(zero)
+    r = _run(sys.executable, script, str(tmp_path / "zero.txt"))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     # one build only: refused
     one = "".join(b for b in good.split("== build ") if b.startswith("old")).replace("old,", "== build old,")
     (tmp_path / "one.txt").write_text(one)
     r = _run(sys.executable, script, str(tmp_path / "one.txt"))
     assert r.returncode == 2 and "expected two or more builds" in r.stderr
+
+
+def test_logits_compare_refuses_bad_folders_and_reports_a_failed_run(tmp_path):
+    script = str(ROOT / "scripts" / "logits_compare.py")
+    r = _run(sys.executable, script, str(tmp_path), str(tmp_path), "qwen2.5-coder-0.5b-instruct")
+    assert r.returncode == 2 and "holds no libggml-cpu.so" in r.stderr and "Traceback" not in r.stderr
+    r = _run(sys.executable, script, "a", "b", "m", "wrong")  # numerics must be exact or fast
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+    libs = str(llama_lib_dir())
+    r = _run(sys.executable, script, libs, libs, "no-such-model")
+    assert r.returncode == 2 and r.stderr.startswith("error: the forwards under ") and "Traceback" not in r.stderr
 
 
 def test_bench_kernels_lib_option_refuses_a_folder_without_the_library(tmp_path):

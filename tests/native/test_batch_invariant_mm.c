@@ -14,7 +14,7 @@
 //    ggml_bimm_f16_dot_ref for every (row, column) and write nothing else.
 // 2. Graph level (with --graph, against the installed ggml-cpu): ggml_mul_mat(W, X) with W loaded
 //    into the CPU_BIMM buffer type (GGML_CPU_BATCH_INVARIANT=1) over n tokens, 2 threads (64 rows, and 592
-//    rows: the threads' chunks and a remainder chunk), must equal column by column the same product
+//    rows: 37 row groups split unevenly between the threads), must equal column by column the same product
 //    computed one token at a time and the reference; an
 //    embedding lookup (ggml_get_rows) in CPU_BIMM must equal ggml's dequantization of the original
 //    rows; weight types CPU_BIMM does not take (Q5_K) must stay batch-invariant through vec_dot.
@@ -572,7 +572,7 @@ int main(int argc, char ** argv) {
             }
             check_get_rows(kTypes[i], 512, 64);
         }
-        // 37 row groups: the 2 threads' contiguous chunks of 18 groups and a remainder chunk of 1
+        // 37 row groups: the 2 threads' contiguous ranges of 18 and 19 groups (an uneven split)
         check_graph(GGML_TYPE_Q8_0, 256, 592, 3, true);
         check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false);  // a type CPU_BIMM does not take: vec_dot
         check_graph(GGML_TYPE_F16, 600, 64, 9, false);   // F16 rows, as the attention's caches
