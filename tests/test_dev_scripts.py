@@ -69,8 +69,6 @@ def test_perf_summary_errors_and_the_committed_files(tmp_path):
     (["--out", "x", "--summary-only"], "no such folder"),
 ])
 def test_ab_builds_usage_errors(tmp_path, args, fragment):
-    from speculative.kernels import llama_lib_dir
-
     (tmp_path / "FILE").write_text("")
     args = [str(llama_lib_dir()) if a == "LIB" else a for a in args]
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_builds.py"), *args], cwd=tmp_path,
