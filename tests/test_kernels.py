@@ -310,11 +310,18 @@ def test_native_kernels_bit_for_bit(tmp_path, family):
         for t in BIMM_TYPES:
             name = t[0].lower() + t[1:]  # ggml's type name
             assert f"{name:5s} CPU_BIMM get_rows mismatches: 0" in run.stdout
-            assert run.stdout.count(f"{name:5s} CPU_BIMM mul_mat") == (4 if name == "q8_0" else 3)
+            assert run.stdout.count(f"{name:5s} CPU_BIMM mul_mat") == (4 if name in ("q8_0", "q4_K") else 3)
         mm = [x for x in run.stdout.splitlines() if " CPU_BIMM mul_mat " in x]
         assert mm and all("column mismatches: 0, reference mismatches: 0, rows: " in x for x in mm), mm
         # 37 row groups split unevenly between the 2 threads (bimm-buffer.cpp)
         assert "q8_0  CPU_BIMM mul_mat n=3  column mismatches: 0, reference mismatches: 0, rows: 592" in run.stdout
+        # 3 threads: shares of activation rows and row groups of other sizes (bimm-buffer.cpp)
+        assert "q4_K  CPU_BIMM mul_mat n=17 column mismatches: 0, reference mismatches: 0, rows: 64, threads: 3" in run.stdout
+        # single-token rows split across threads (ops.cpp): (1000 + 8960) x (1 + 2 rows) x 2 forms x 2 thread counts
+        assert "f32   swiglu of fewer rows than threads (2, 3 threads against 1) mismatches: 0 of 119520" in run.stdout
+        # 640 cells x 3 tokens x 12 heads x 2 sequences x 3 thread counts
+        assert ("f32   soft_max rows of tokens, heads and sequences (1-3 threads against each row alone) mismatches: "
+                "0 of 138240") in run.stdout
         assert "q5_K  CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16   CPU      mul_mat n=9  column mismatches: 0" in run.stdout
         assert "f16 columns kernel mismatches against vec_dot_f16: 0 of " in run.stdout

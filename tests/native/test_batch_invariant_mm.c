@@ -338,6 +338,20 @@ static void compute(struct ggml_context * ctx, struct ggml_tensor * out, int nth
     ggml_backend_free(be);
 }
 
+// compute with the output filled with NaNs first: an element no thread writes shows
+static void compute_poisoned(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads) {
+    ggml_backend_t be = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(be, nthreads);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+    ggml_gallocr_alloc_graph(ga, gf);
+    memset(out->data, 0xff, ggml_nbytes(out));
+    ggml_backend_graph_compute(be, gf);
+    ggml_gallocr_free(ga);
+    ggml_backend_free(be);
+}
+
 // W (k x m): random values (seeded) quantized to type; the caller frees it
 static char * random_weight(enum ggml_type type, int64_t k, int64_t m, int seed) {
     float * wf = malloc(sizeof(float) * k * m);
@@ -348,8 +362,8 @@ static char * random_weight(enum ggml_type type, int64_t k, int64_t m, int seed)
     return wq;
 }
 
-// W (k x m, in CPU_BIMM or not) times n tokens: columns against one token at a time and the reference
-static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool bimm) {
+// W (k x m, in CPU_BIMM or not) times n tokens, on nth threads: columns against one token at a time and the reference
+static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool bimm, int nth) {
     const size_t rb = ggml_row_size(type, k);
     char * wq = random_weight(type, k, m, 1);
     struct loaded L = load_weight(type, k, m, wq, bimm);
@@ -365,7 +379,7 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
         struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, nt);
         memcpy(x->data, pass == 0 ? xs : xs + (pass - 1) * k, sizeof(float) * k * nt);
         struct ggml_tensor * y = ggml_mul_mat(ctx, L.w, x);
-        compute(ctx, y, 2);
+        compute_poisoned(ctx, y, nth);
         if (pass == 0) {
             memcpy(all, y->data, sizeof(float) * m * n);
         } else {
@@ -386,8 +400,8 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
         }
         free(act);
     }
-    printf("%-5s %s mul_mat n=%-2d column mismatches: %ld, reference mismatches: %ld, rows: %lld\n", ggml_type_name(type),
-           bimm ? "CPU_BIMM" : "CPU     ", n, col_bad, ref_bad, (long long) m);
+    printf("%-5s %s mul_mat n=%-2d column mismatches: %ld, reference mismatches: %ld, rows: %lld, threads: %d\n",
+           ggml_type_name(type), bimm ? "CPU_BIMM" : "CPU     ", n, col_bad, ref_bad, (long long) m, nth);
     failures += col_bad + ref_bad;
     ggml_backend_buffer_free(L.buf);
     ggml_free(L.ctx);
@@ -526,6 +540,101 @@ static void check_soft_max_max(void) {
     failures += bad;
 }
 
+// single-token rows that the patch splits across threads (ops.cpp): swiglu's columns, when there are fewer rows
+// than threads, in pieces of multiples of 64 elements, and soft_max's rows of every head and sequence (not of one
+// head's tokens only). Outputs are poisoned with NaNs before each compute.
+// swiglu: with 2 and 3 threads every element must be bitwise what one thread computes (whole rows); a piece
+// boundary inside a vector step would send elements through the scalar path (another exponential). Lengths 1000
+// (a tail after the last vector step; an unaligned split would land at 500) and 8960 (Qwen2.5-Coder-1.5B's FFN),
+// 1 and 2 rows (2 rows on 2 threads take the row split; the others the column split), both forms of the op.
+// soft_max: 640 cells x 3 tokens x 12 heads x 2 sequences with a mask whose 3 rows differ, on 1, 2 and 3 threads,
+// every row against a graph of that row alone (a row mapped to the wrong input, mask or output shows)
+static void check_split_single_rows(void) {
+    long bad = 0, checked = 0;
+    const int lens[] = { 1000, 8960 };
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); ++li) {
+        for (int rows = 1; rows <= 2; ++rows) {
+            for (int split = 0; split <= 1; ++split) {  // ggml_swiglu (one source) and ggml_swiglu_split
+                const int n = lens[li];
+                float * ref = malloc(sizeof(float) * n * rows);
+                const uint64_t seed = rng_state;  // the same inputs for every thread count
+                for (int nth = 1; nth <= 3; ++nth) {
+                    rng_state = seed;
+                    struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
+                    struct ggml_context * ctx = ggml_init(ip);
+                    struct ggml_tensor * a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, split ? n : 2 * n, rows);
+                    fill((float *) a->data, ggml_nelements(a), 1);
+                    struct ggml_tensor * y;
+                    if (split) {
+                        struct ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, rows);
+                        fill((float *) b->data, ggml_nelements(b), 0);
+                        y = ggml_swiglu_split(ctx, a, b);
+                    } else {
+                        y = ggml_swiglu(ctx, a);
+                    }
+                    compute_poisoned(ctx, y, nth);
+                    if (nth == 1) {
+                        memcpy(ref, y->data, sizeof(float) * n * rows);
+                    } else {
+                        for (int64_t i = 0; i < (int64_t) n * rows; ++i) {
+                            bad += memcmp((const float *) y->data + i, ref + i, sizeof(float)) != 0;
+                            ++checked;
+                        }
+                    }
+                    ggml_free(ctx);
+                }
+                free(ref);
+            }
+        }
+    }
+    printf("f32   swiglu of fewer rows than threads (2, 3 threads against 1) mismatches: %ld of %ld\n", bad, checked);
+    failures += bad;
+
+    bad = checked = 0;
+    enum { CELLS = 640, TOKENS = 3, HEADS = 12, SEQS = 2 };
+    const int64_t nrow = (int64_t) TOKENS * HEADS * SEQS;
+    float * xs = malloc(sizeof(float) * CELLS * nrow);
+    float * ms = malloc(sizeof(float) * CELLS * TOKENS);
+    float * ref = malloc(sizeof(float) * CELLS * nrow);
+    fill(xs, CELLS * nrow, 1);
+    for (int t = 0; t < TOKENS; ++t) {
+        for (int i = 0; i < CELLS; ++i) ms[t * CELLS + i] = i < 590 + 5 * t ? 0.0f : -INFINITY;
+    }
+    for (int64_t r = 0; r < nrow; ++r) {  // each row alone: its input row, its token's mask row
+        struct ggml_init_params ip = { 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, CELLS, 1);
+        struct ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, CELLS, 1);
+        memcpy(x->data, xs + r * CELLS, sizeof(float) * CELLS);
+        memcpy(mask->data, ms + (r % TOKENS) * CELLS, sizeof(float) * CELLS);
+        struct ggml_tensor * y = ggml_soft_max_ext(ctx, x, mask, 0.125f, 0.0f);
+        compute_poisoned(ctx, y, 1);
+        memcpy(ref + r * CELLS, y->data, sizeof(float) * CELLS);
+        ggml_free(ctx);
+    }
+    for (int nth = 1; nth <= 3; ++nth) {
+        struct ggml_init_params ip = { 16 * 1024 * 1024, NULL, false };
+        struct ggml_context * ctx = ggml_init(ip);
+        struct ggml_tensor * x = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, CELLS, TOKENS, HEADS, SEQS);
+        struct ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, CELLS, TOKENS);
+        memcpy(x->data, xs, sizeof(float) * CELLS * nrow);
+        memcpy(mask->data, ms, sizeof(float) * CELLS * TOKENS);
+        struct ggml_tensor * y = ggml_soft_max_ext(ctx, x, mask, 0.125f, 0.0f);
+        compute_poisoned(ctx, y, nth);
+        for (int64_t i = 0; i < (int64_t) CELLS * nrow; ++i) {
+            bad += memcmp((const float *) y->data + i, ref + i, sizeof(float)) != 0;
+            ++checked;
+        }
+        ggml_free(ctx);
+    }
+    free(xs);
+    free(ms);
+    free(ref);
+    printf("f32   soft_max rows of tokens, heads and sequences (1-3 threads against each row alone) mismatches: %ld of %ld\n",
+           bad, checked);
+    failures += bad;
+}
+
 // embedding lookups in CPU_BIMM against ggml's dequantization of the original rows
 static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     const size_t rb = ggml_row_size(type, k);
@@ -568,20 +677,24 @@ int main(int argc, char ** argv) {
         setenv("GGML_CPU_TILED_MM", "0", 1);
         for (int i = 0; i < N_TYPES; ++i) {
             for (int n = 2; n <= 33; n += 15) {
-                check_graph(kTypes[i], 512, 64, n, true);
+                check_graph(kTypes[i], 512, 64, n, true, 2);
             }
             check_get_rows(kTypes[i], 512, 64);
         }
         // 37 row groups: the 2 threads' contiguous ranges of 18 and 19 groups (an uneven split)
-        check_graph(GGML_TYPE_Q8_0, 256, 592, 3, true);
-        check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false);  // a type CPU_BIMM does not take: vec_dot
-        check_graph(GGML_TYPE_F16, 600, 64, 9, false);   // F16 rows, as the attention's caches
+        check_graph(GGML_TYPE_Q8_0, 256, 592, 3, true, 2);
+        // 17 tokens x 1536 columns on 3 threads (activation rows prepared in shares of 6, 6 and 5, row groups
+        // split 1, 1 and 2)
+        check_graph(GGML_TYPE_Q4_K, 1536, 64, 17, true, 3);
+        check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false, 2);  // a type CPU_BIMM does not take: vec_dot
+        check_graph(GGML_TYPE_F16, 600, 64, 9, false, 2);   // F16 rows, as the attention's caches
         check_f16_cols();
         check_flagged_f16(128, 67, 9);  // a head dimension, cells not a multiple of the 4-row blocks
         check_flagged_f16(100, 40, 5);  // a length with a partial last step
         check_set_rows_transposed(256, 77, 8);  // the 1.5B's 2 K/V heads x 128 channels, 8 tokens
         check_set_rows_transposed(5, 9, 3);     // a small cache
         check_soft_max_max();
+        check_split_single_rows();
     }
     const char * isa = ggml_bimm_isa();
     printf("kernels: %s\n", isa ? isa : "none");
