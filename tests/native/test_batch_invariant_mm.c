@@ -326,30 +326,28 @@ static struct loaded load_weight(enum ggml_type type, int64_t k, int64_t m, cons
     return L;
 }
 
-static void compute(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads) {
+// out's graph on nthreads threads; with poison, out is filled with NaNs first (an element no thread writes shows)
+static void run_graph(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads, bool poison) {
     ggml_backend_t be = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(be, nthreads);
     struct ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
     ggml_gallocr_alloc_graph(ga, gf);
+    if (poison) {
+        memset(out->data, 0xff, ggml_nbytes(out));
+    }
     ggml_backend_graph_compute(be, gf);
     ggml_gallocr_free(ga);
     ggml_backend_free(be);
 }
 
-// compute with the output filled with NaNs first: an element no thread writes shows
+static void compute(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads) {
+    run_graph(ctx, out, nthreads, false);
+}
+
 static void compute_poisoned(struct ggml_context * ctx, struct ggml_tensor * out, int nthreads) {
-    ggml_backend_t be = ggml_backend_cpu_init();
-    ggml_backend_cpu_set_n_threads(be, nthreads);
-    struct ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, out);
-    ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
-    ggml_gallocr_alloc_graph(ga, gf);
-    memset(out->data, 0xff, ggml_nbytes(out));
-    ggml_backend_graph_compute(be, gf);
-    ggml_gallocr_free(ga);
-    ggml_backend_free(be);
+    run_graph(ctx, out, nthreads, true);
 }
 
 // W (k x m): random values (seeded) quantized to type; the caller frees it
