@@ -439,7 +439,7 @@ static void check_flagged_f16(int64_t k, int64_t m, int n) {
             }
         }
         struct ggml_tensor * y = ggml_mul_mat(ctx, kv, q);
-        compute(ctx, y, 2);
+        compute_poisoned(ctx, y, 2);
         for (int h = 0; h < hq; ++h) {
             for (int t = 0; t < nt; ++t) {
                 const float * got = (const float *) y->data + (h * nt + t) * m;
@@ -524,7 +524,7 @@ static void check_soft_max_max(void) {
         fill((float *) x->data, (int64_t) n * n, 0);
         for (int j = 0; j < n; ++j) ((float *) x->data)[j * n + j] = 200.0f;  // row j: the maximum at j
         struct ggml_tensor * y = ggml_soft_max(ctx, x);
-        compute(ctx, y, 2);
+        compute_poisoned(ctx, y, 2);
         for (int j = 0; j < n; ++j) {
             const float * row = (const float *) y->data + j * n;
             int ok = row[j] > 0.999f && row[j] <= 1.0f;
@@ -644,7 +644,7 @@ static void check_get_rows(enum ggml_type type, int64_t k, int64_t m) {
     struct ggml_tensor * idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, nidx);
     for (int i = 0; i < nidx; ++i) ((int32_t *) idx->data)[i] = (int32_t) ((i * 37 + 5) % m);
     struct ggml_tensor * y = ggml_get_rows(ctx, L.w, idx);
-    compute(ctx, y, 2);
+    compute_poisoned(ctx, y, 2);
     float * ref = malloc(sizeof(float) * k);
     long bad = 0;
     for (int i = 0; i < nidx; ++i) {

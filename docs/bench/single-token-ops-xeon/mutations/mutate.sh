@@ -5,12 +5,13 @@ name=$1; file=$2; old=$3; new=$4
 T=/tmp/sym/pr/llama_cpp_python-0.3.36/vendor/llama.cpp
 f=$T/ggml/src/ggml-cpu/$file
 cp $f /tmp/$file.keep
+trap 'cp /tmp/$file.keep $f' EXIT  # the tree restored whatever happens
 python3 - "$f" "$old" "$new" <<'PY'
 import sys
 p, old, new = sys.argv[1:]
 s = open(p).read(); assert s.count(old) == 1, (old, s.count(old)); open(p, 'w').write(s.replace(old, new))
 PY
-(cd $T && cmake --build build -j2 --target ggml-cpu > /tmp/v14/build-$name.log 2>&1) || true
+(cd $T && cmake --build build -j2 --target ggml-cpu > /tmp/v14/build-$name.log 2>&1)  # a failed build stops here
 cp /tmp/$file.keep $f
 L=/tmp/v14/libs-mut-$name; rm -rf $L; cp -r /tmp/libs-v14c $L
 for x in libggml-cpu.so libggml-cpu.so.0 libggml-cpu.so.0.25.3; do cp $T/build/bin/libggml-cpu.so.0.25.3 $L/$x; done
