@@ -13,10 +13,10 @@ s = open(p).read(); assert s.count(old) == 1, (old, s.count(old)); open(p, 'w').
 PY
 (cd $T && cmake --build build -j2 --target ggml-cpu > /tmp/v14/build-$name.log 2>&1)  # a failed build stops here
 cp /tmp/$file.keep $f
-L=/tmp/v14/libs-mut-$name; rm -rf $L; cp -r /tmp/libs-v14c $L
+L=/tmp/v14/libs-mut-$name; rm -rf $L; cp -r ${BASE_LIBS:-/tmp/libs-v14c} $L
 for x in libggml-cpu.so libggml-cpu.so.0 libggml-cpu.so.0.25.3; do cp $T/build/bin/libggml-cpu.so.0.25.3 $L/$x; done
 
-src=$(cd /work/main && .venv/bin/python -c 'from speculative.kernels import patched_source_dir; print(patched_source_dir())')
+src=$T/ggml  # the harness compiled against the same tree as the library
 W=/tmp/v14/w-$name; rm -rf $W; mkdir -p $W
 for k in bimm.c bimm-f16.c; do gcc -O2 -std=gnu11 -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -I$src/include -I$src/src -I$src/src/ggml-cpu -c $src/src/ggml-cpu/$k -o $W/$k.o; done
 gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I$src/include /work/main/tests/native/test_batch_invariant_mm.c $W/*.o -L$L -Wl,-rpath,$L -lggml-cpu -lggml-base -lggml -lm -lpthread -o $W/test
