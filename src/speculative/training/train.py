@@ -18,6 +18,7 @@ test, Li et al. 2025). Medusa loss: cross-entropy of token t+1+k for head k.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -335,18 +336,23 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
 
 def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
                      tree: int = 0, n_prompts: int | None = None) -> dict:
-    """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts."""
+    """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts, overall and
+    per category (``by_category``: tau and acceptance by position of each category's prompts)."""
     from ..bench.datasets import load_questions
     from ..engine import SpeculativeGenerator
 
     spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "")
     gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
     try:
-        total = None
+        total, per_cat, count = None, {}, {}
         for q in load_questions("dev")[:n_prompts]:
             r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
-            total = r.stats if total is None else total.merge(r.stats)
+            total = copy.deepcopy(r.stats) if total is None else total.merge(r.stats)  # merge adds into its receiver
+            per_cat[q.category] = r.stats if q.category not in per_cat else per_cat[q.category].merge(r.stats)
+            count[q.category] = count.get(q.category, 0) + 1
         draft_steps = sum(total.accept_counts)
+        by_category = {c: {"prompts": count[c], "mean_accepted_tokens": st.mean_accepted_tokens,
+                           "per_position_acceptance": st.per_position_acceptance} for c, st in sorted(per_cat.items())}
         return {
             "prompts": "dev",
             "k": k,
@@ -355,6 +361,7 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
             "acceptance_rate": total.acceptance_rate,
             "per_position_acceptance": total.per_position_acceptance,
             "draft_ms_per_token": 1e3 * total.draft_time_s / max(1, total.draft_tokens),
+            "by_category": by_category,
         }
     finally:
         gen.close()
