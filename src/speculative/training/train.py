@@ -351,11 +351,14 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
             per_cat[q.category] = r.stats if q.category not in per_cat else per_cat[q.category].merge(r.stats)
             count[q.category] = count.get(q.category, 0) + 1
         draft_steps = sum(total.accept_counts)
-        by_category = {c: {"prompts": count[c], "mean_accepted_tokens": st.mean_accepted_tokens,
+        by_category = {c: {"prompts": count[c], "new_tokens": st.new_tokens, "steps": st.steps,
+                           "mean_accepted_tokens": st.mean_accepted_tokens,
                            "per_position_acceptance": st.per_position_acceptance} for c, st in sorted(per_cat.items())}
         return {
             "prompts": "dev",
             "k": k,
+            "new_tokens": total.new_tokens,
+            "steps": total.steps,
             "mean_accepted_tokens": total.mean_accepted_tokens,
             "mean_accepted_tokens_per_draft_step": (total.accepted_tokens + draft_steps) / max(1, draft_steps),
             "acceptance_rate": total.acceptance_rate,

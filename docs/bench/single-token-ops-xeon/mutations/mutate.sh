@@ -1,5 +1,6 @@
 #!/bin/bash
 # usage: mutate.sh NAME FILE OLD NEW : build libggml-cpu with one replacement, run the harness --graph against it
+# BASE_LIBS: the library folder whose libggml-cpu is replaced (default /tmp/libs-v14c; only libggml-cpu differs between versions)
 set -e
 name=$1; file=$2; old=$3; new=$4
 T=/tmp/sym/pr/llama_cpp_python-0.3.36/vendor/llama.cpp
