@@ -18,7 +18,6 @@ test, Li et al. 2025). Medusa loss: cross-entropy of token t+1+k for head k.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -340,15 +339,16 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
     per category (``by_category``: tau and acceptance by position of each category's prompts)."""
     from ..bench.datasets import load_questions
     from ..engine import SpeculativeGenerator
+    from ..stats import GenerationStats
 
     spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "")
     gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
     try:
-        total, per_cat, count = None, {}, {}
+        total, per_cat, count = GenerationStats(), {}, {}
         for q in load_questions("dev")[:n_prompts]:
             r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
-            total = copy.deepcopy(r.stats) if total is None else total.merge(r.stats)  # merge adds into its receiver
-            per_cat[q.category] = r.stats if q.category not in per_cat else per_cat[q.category].merge(r.stats)
+            total.merge(r.stats)
+            per_cat.setdefault(q.category, GenerationStats()).merge(r.stats)
             count[q.category] = count.get(q.category, 0) + 1
         draft_steps = sum(total.accept_counts)
         by_category = {c: {"prompts": count[c], "new_tokens": st.new_tokens, "steps": st.steps,
