@@ -169,6 +169,27 @@ def test_eagle_head_precision_follows_its_drafter_json_and_int8_runs():
         EagleDrafter(ROOT / name, precision="fp16")
 
 
+def test_head_precision_option_overrides_the_recommendation():
+    """``eagle:NAME,precision=int8|fp32|auto`` reaches the drafter; other values and heads without int8 refuse it."""
+    from speculative.drafters import _precision_option, parse_drafter_spec
+    from speculative.errors import ConfigError
+
+    name = "smollm2-135m-instruct-eagle"
+    assert _precision_option(parse_drafter_spec(f"eagle:{name}")) is None  # auto: drafter.json's recommendation
+    assert _precision_option(parse_drafter_spec(f"eagle:{name},precision=AUTO")) is None
+    assert _precision_option(parse_drafter_spec(f"eagle3:x,precision=int8")) == "int8"
+    with pytest.raises(ConfigError, match="precision=fp16 must be one of auto, int8, fp32"):
+        _precision_option(parse_drafter_spec(f"eagle:{name},precision=fp16"))
+    with pytest.raises(ConfigError, match="unknown option 'precision' for drafter 'medusa'"):
+        parse_drafter_spec("medusa:x,precision=int8")
+    for spec, int8 in ((f"eagle:{name},precision=int8", True), (f"eagle:{name}", False)):
+        gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=spec, n_ctx=256)
+        try:
+            assert gen.drafter.int8 is int8
+        finally:
+            gen.close()
+
+
 @pytest.mark.quick
 def test_auto_drafter_is_the_targets_recommended_one_when_shipped(monkeypatch):
     import dataclasses

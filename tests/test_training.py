@@ -75,6 +75,17 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method):
     assert sum(v["new_tokens"] for v in by.values()) == h["new_tokens"]
     assert sum(v["steps"] for v in by.values()) == h["steps"]
     assert all(1.0 <= v["mean_accepted_tokens"] <= 5.0 for v in by.values())
+    # the recommended inference precision: an EAGLE head measured in fp32 and int8, the faster recorded in its
+    # drafter.json (and the held-out figures are the chosen precision's); Medusa heads run fp32
+    ip = m["inference_precision"]
+    recommended = json.loads((out / "drafter" / "drafter.json").read_text())["extra"]["inference_precision"]
+    assert recommended == ip["choice"] and h["mean_accepted_tokens"] == ip["heldout"][ip["choice"]]["mean_accepted_tokens"]
+    if method == "eagle":
+        assert set(ip["heldout"]) == {"fp32", "int8"} and ip["how"].startswith("measured")
+        rates = {p: ip[f"{p}_tokens_per_s"] for p in ("fp32", "int8")}
+        assert ip["choice"] == max(rates, key=rates.get) and all(r > 0 for r in rates.values())
+    else:
+        assert set(ip["heldout"]) == {"fp32"} and ip["choice"] == "fp32"
     # resume: more epochs continue from the checkpoint; the data is not generated again
     shards = sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz"))
     m2 = train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
@@ -224,6 +235,27 @@ def test_token_subsets_are_nested_and_sized():
     assert 2000 <= sum(len(e["feats"]) for e in big) < 2050
     assert [id(e) for e in big[: len(small)]] == [id(e) for e in small]
     assert len(token_subset(ex, 10**9, 3)) == 200
+
+
+def test_inference_precision_is_the_higher_estimated_decoding_rate():
+    """pick_inference_precision: tokens over (steps x pooled verification time + drafting time)."""
+    from speculative.training.train import pick_inference_precision
+
+    def ev(tokens, steps, verify_s, draft_s):
+        return {"new_tokens": tokens, "steps": steps, "verify_time_s": verify_s, "draft_time_s": draft_s}
+
+    # the same tau, int8 drafts in a quarter of the time: int8
+    choice, info = pick_inference_precision({"fp32": ev(200, 100, 5.0, 2.0), "int8": ev(200, 100, 5.0, 0.5)})
+    assert choice == "int8" and info["verify_ms_per_step"] == pytest.approx(50.0)
+    assert info["int8_tokens_per_s"] == pytest.approx(200 / 5.5) and info["fp32_tokens_per_s"] == pytest.approx(200 / 7)
+    # int8 cheaper but its tau collapses (a third of fp32's accepted tokens): fp32
+    assert pick_inference_precision({"fp32": ev(200, 100, 5.0, 2.0), "int8": ev(200, 160, 8.0, 0.8)})[0] == "fp32"
+    # noise in one run's verification time does not decide it: v is pooled (here int8's verification ran slow)
+    assert pick_inference_precision({"fp32": ev(200, 100, 4.0, 2.0), "int8": ev(200, 100, 7.0, 0.5)})[0] == "int8"
+    # a tie keeps the first (fp32)
+    assert pick_inference_precision({"fp32": ev(200, 100, 5.0, 1.0), "int8": ev(200, 100, 5.0, 1.0)})[0] == "fp32"
+    with pytest.raises(ValueError):
+        pick_inference_precision({})
 
 
 def test_training_precision_is_resolved_and_checked():

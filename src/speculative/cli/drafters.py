@@ -110,6 +110,7 @@ def cmd_train_drafter(args) -> int:
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
         device=args.device, data_backend=args.data_backend, precision=args.precision, train_tokens=args.train_tokens,
+        inference_precision=args.inference_precision,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
                         seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel,
                         text_tokens=args.text_tokens),
@@ -128,8 +129,9 @@ def cmd_train_drafter(args) -> int:
         old.setdefault("precision", "auto")
         old.setdefault("train_tokens", None)
         old.get("data", {}).setdefault("text_tokens", 0)
-        for cfg_dict in (old, new):  # where it runs and how many prompts at once do not change the run
-            cfg_dict.pop("device", None)
+        for cfg_dict in (old, new):  # where it runs, how many prompts at once and the recommended inference
+            cfg_dict.pop("device", None)  # precision (decided after training) do not change the run
+            cfg_dict.pop("inference_precision", None)
             cfg_dict.get("data", {}).pop("parallel", None)
         if old != new:
             raise SpeculativeError(f"{out} holds a training run with other settings; pass --fresh or another --output")
@@ -145,6 +147,11 @@ def cmd_train_drafter(args) -> int:
     h = m["heldout"]
     print(f"trained {args.method} drafter in {out}: held-out (development prompts, greedy, k=4) "
           f"mean accepted tokens per step {h['mean_accepted_tokens']:.2f}, acceptance rate {h['acceptance_rate']:.1%}")
+    ip = m.get("inference_precision")
+    if ip:
+        tried = ", ".join(f"{p}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
+                          for p, e in ip["heldout"].items())
+        print(f"inference precision {ip['choice']} ({ip['how']}; {tried})")
     spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
     target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
     print(f"use it with: --drafter {spec}:{target_file}")

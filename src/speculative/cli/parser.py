@@ -195,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "default: all)")
     tr.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                     help="training arithmetic: bf16 autocast where the hardware has it (auto, the default), or fp32")
+    tr.add_argument("--inference-precision", choices=("auto", "int8", "fp32"), default="auto",
+                    help="what an EAGLE head's drafter.json recommends for drafting on the CPU: auto (the default) "
+                    "evaluates the head in fp32 and int8 on the development prompts and records the faster; "
+                    "int8 or fp32 records that")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

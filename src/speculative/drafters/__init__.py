@@ -316,18 +316,38 @@ def shipped_drafters() -> list[str]:
     return sorted(p.name for p in root.glob("*") if (p / "drafter.json").is_file()) if root.is_dir() else []
 
 
+HEAD_PRECISIONS = ("auto", "int8", "fp32")
+_PRECISION_HELP = ("the head's layers on the CPU: int8 (dynamically quantized), fp32, or auto (default: what its "
+                   "drafter.json recommends, else fp32)")
+
+
+def _precision_option(spec: DrafterSpec) -> str | None:
+    """A head's ``precision=`` option: int8 or fp32, or None for auto (what its drafter.json recommends).
+
+    Raises:
+        ConfigError: another value.
+    """
+    raw = spec.options.get("precision", "auto").lower()
+    if raw not in HEAD_PRECISIONS:
+        raise ConfigError(f"drafter option precision={spec.options['precision']} must be one of "
+                          f"{', '.join(HEAD_PRECISIONS)}")
+    return None if raw == "auto" else raw
+
+
 def _eagle(spec, target, ctx) -> Drafter:
     from .heads import EagleDrafter
 
     dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
-    return EagleDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
+    return EagleDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev,
+                        precision=_precision_option(spec))
 
 
 def _eagle3(spec, target, ctx) -> Drafter:
     from .heads import Eagle3Drafter
 
     dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
-    return Eagle3Drafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev)
+    return Eagle3Drafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev,
+                         precision=_precision_option(spec))
 
 
 def _medusa(spec, target, ctx) -> Drafter:
@@ -389,7 +409,8 @@ register_drafter(
     DrafterType(
         "eagle",
         _eagle,
-        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)"},
+        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)",
+         "precision": _PRECISION_HELP},
         True,
         "an EAGLE-style head on the target's hidden states (shipped name or trained folder)",
     )
@@ -398,7 +419,8 @@ register_drafter(
     DrafterType(
         "eagle3",
         _eagle3,
-        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)"},
+        {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)",
+         "precision": _PRECISION_HELP},
         True,
         "an imported EAGLE-3 head on three target layers' hidden states (transformers backend)",
     )

@@ -53,6 +53,9 @@ class TrainConfig:
     data_backend: str = "llama.cpp"  # backend that generates the data ("llama.cpp" or "transformers")
     train_tokens: int | None = None  # train on a seeded subset of about this many tokens (a learning-curve point)
     precision: str = "auto"  # "fp32", "bf16" (autocast) or "auto": bf16 where the hardware has it (AVX512-BF16, AMX, CUDA)
+    # the precision the head's drafter.json recommends for inference ("int8", "fp32", or "auto": measured, see
+    # pick_inference_precision); EAGLE heads only (Medusa heads run fp32)
+    inference_precision: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
 
 
@@ -295,9 +298,79 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         "precision": dtype,
         "history": history,
     }
-    metrics["heldout"] = evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts)
+    _, metrics["heldout"], metrics["inference_precision"] = recommend_inference_precision(
+        target, drafter_dir, hcfg, cfg)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
+
+
+def int8_available() -> bool:
+    """Whether PyTorch here has a quantized CPU engine for dynamically quantized int8 Linear layers."""
+    import torch
+
+    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack"))
+
+
+def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
+    """Choose between held-out evaluations of one head at several precisions (same prompts, same k, fixed
+    policy): the one with the highest estimated decoding rate new_tokens / (steps * v + draft_time_s).
+
+    v is the target's verification time per step pooled over all the runs: the target does the same work in
+    each, so pooling keeps the machine's noise in v out of the comparison, and what differs is what the
+    precision changes, the drafting time and the accepted tokens (int8 quantizes the activations per call,
+    which can change the head's top-1; on heads with large activation outliers it often does). Ties go to the
+    first entry of ``evals``.
+
+    Args:
+        evals: precision -> :func:`evaluate_drafter`'s result (``new_tokens``, ``steps``,
+            ``verify_time_s``, ``draft_time_s``).
+    Returns:
+        (the chosen precision, {precision: estimated tokens/s, ..., "verify_ms_per_step": v in ms}).
+    Raises:
+        ValueError: ``evals`` is empty.
+    """
+    if not evals:
+        raise ValueError("no evaluations to choose from")
+    steps = sum(e["steps"] for e in evals.values())
+    v = sum(e["verify_time_s"] for e in evals.values()) / max(1, steps)
+    rate = {p: e["new_tokens"] / max(1e-9, e["steps"] * v + e["draft_time_s"]) for p, e in evals.items()}
+    choice = max(rate, key=rate.get)  # max keeps the first of equal rates
+    return choice, {**{f"{p}_tokens_per_s": r for p, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+
+
+def recommend_inference_precision(target: str, drafter_dir: Path, hcfg, cfg: TrainConfig) -> tuple[str, dict, dict]:
+    """Evaluate a freshly saved head and write its recommended inference precision into its drafter.json
+    (``extra.inference_precision``, which the drafter follows unless its spec says ``precision=``).
+
+    With ``cfg.inference_precision`` "auto" an EAGLE head is evaluated in fp32 and in int8 and the faster by
+    :func:`pick_inference_precision` is recommended (fp32 where PyTorch has no quantized engine); a given
+    precision is recorded as given. Medusa heads are recorded fp32 (their LM-head products stay fp32).
+
+    Returns:
+        (the recommended precision, its held-out evaluation, a record of the choice for metrics.json).
+    """
+    from ..cache import atomic_path
+    from ..drafters.head_nets import CONFIG_FILE
+
+    wanted = cfg.inference_precision
+    if cfg.method != "eagle":
+        candidates, how = ["fp32"], "Medusa heads run fp32"
+    elif wanted != "auto":
+        candidates, how = [wanted], "given (--inference-precision)"
+    elif not int8_available():
+        candidates, how = ["fp32"], "fp32: this PyTorch has no quantized CPU engine"
+    else:
+        candidates, how = ["fp32", "int8"], "measured: the higher estimated decoding rate on the development prompts"
+    evals = {p: evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
+                                 precision=p if cfg.method == "eagle" else None) for p in candidates}
+    choice, rates = pick_inference_precision(evals)
+    hcfg.extra = {**hcfg.extra, "inference_precision": choice}
+    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
+        tmp.write_text(hcfg.to_json())
+    record = {"choice": choice, "how": how, **rates,
+              "heldout": {p: {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate", "draft_ms_per_token",
+                                                        "verify_ms_per_step")} for p, e in evals.items()}}
+    return choice, evals[choice], record
 
 
 def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_layers: int = 2,
@@ -334,14 +407,15 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
 
 
 def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
-                     tree: int = 0, n_prompts: int | None = None) -> dict:
+                     tree: int = 0, n_prompts: int | None = None, precision: str | None = None) -> dict:
     """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts, overall and
-    per category (``by_category``: tau and acceptance by position of each category's prompts)."""
+    per category (``by_category``: tau and acceptance by position of each category's prompts), with the time
+    spent drafting and verifying. ``precision`` (int8 or fp32; heads only) overrides the head's recommended one."""
     from ..bench.datasets import load_questions
     from ..engine import SpeculativeGenerator
     from ..stats import GenerationStats
 
-    spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "")
+    spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "") + (f",precision={precision}" if precision else "")
     gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
     try:
         total, per_cat, count = GenerationStats(), {}, {}
@@ -364,6 +438,9 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
             "acceptance_rate": total.acceptance_rate,
             "per_position_acceptance": total.per_position_acceptance,
             "draft_ms_per_token": 1e3 * total.draft_time_s / max(1, total.draft_tokens),
+            "verify_ms_per_step": 1e3 * total.verify_time_s / max(1, total.steps),
+            "draft_time_s": total.draft_time_s,
+            "verify_time_s": total.verify_time_s,
             "by_category": by_category,
         }
     finally:
