@@ -178,6 +178,21 @@ def test_drafter_tools_bad_input(capsys, tmp_path):
     (keep / "notes.txt").write_text("mine")
     assert "not a training run folder" in err_of("train-drafter", "--method", "eagle", "-o", str(keep), "--fresh")
     assert (keep / "notes.txt").read_text() == "mine"
+    assert "the option is for EAGLE heads" in err_of("train-drafter", "--method", "medusa", "-o", str(tmp_path / "o9"),
+                                                     "--inference-precision", "int8")
+    assert "the option is for EAGLE heads" in err_of("train-drafter", "--method", "draft-model", "-o",
+                                                     str(tmp_path / "o9"), "--inference-precision", "fp32")
+    assert "only EAGLE heads unroll" in err_of("train-drafter", "--method", "medusa", "-o", str(tmp_path / "o9"),
+                                               "--unroll-context", "target")
+    assert not (tmp_path / "o9").exists()
+    assert "drafter option 'precision' is given twice" in err_of(
+        "generate", "hi", "--drafter", "eagle:smollm2-135m-instruct-eagle,precision=int8,precision=fp32")
+    run = tmp_path / "run-damaged"  # a run folder whose configuration was damaged: named, left as it is
+    run.mkdir()
+    (run / "train_config.json").write_text("{half")
+    assert f"{run / 'train_config.json'}: damaged training configuration" in err_of(
+        "train-drafter", "--method", "eagle", "-o", str(run))
+    assert (run / "train_config.json").read_text() == "{half"
     assert "--data-from" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o6"),
                                    "--data-from", str(tmp_path / "nope"))
     assert "unknown model" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o7"), "--target", "nosuch")
@@ -191,3 +206,51 @@ def test_drafter_tools_bad_input(capsys, tmp_path):
     assert "--parallel must be >= 1" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o8"),
                                                "--parallel", "0")
     assert not any((tmp_path / n).exists() for n in ("nope", "o6", "o7", "o8"))
+
+
+def test_serve_refuses_a_busy_port_before_loading(capsys, monkeypatch):
+    """A port another process holds: one line, exit 2, and no model loaded first."""
+    import socket
+
+    import speculative.cli.run as run_mod
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the port was checked")
+
+    monkeypatch.setattr(run_mod, "_load_generator", no_load)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, _, err = run_cli(capsys, "serve", "--port", str(port))
+    assert code == 2 and err.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    code, _, err = run_cli(capsys, "serve", "--host", "no-such-host.invalid", "--port", "8000")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--host no-such-host.invalid" in err
+
+
+def test_server_runs_on_the_bound_socket():
+    """run_server serves on the socket listening_socket bound (the path `speculative serve` takes)."""
+    import threading
+    import time
+
+    import httpx
+
+    from speculative import SpeculativeGenerator
+    from speculative.server import listening_socket, run_server
+
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="ngram", n_ctx=512)
+    t = threading.Thread(target=run_server, args=(gen, "m", "127.0.0.1", port), kwargs={"sock": sock, "log_level": "error"},
+                         daemon=True)
+    t.start()
+    try:
+        for _ in range(100):
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert r.status_code == 200 and r.json()["data"][0]["id"] == "m"
+    finally:
+        gen.close()

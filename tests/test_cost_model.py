@@ -319,3 +319,37 @@ def test_a_cached_table_of_the_wrong_shape_is_measured_again(tmp_path, monkeypat
     loaded.busy = True
     assert cost_model.cached_verify_cost(loaded).seconds == pytest.approx(got.seconds) and loaded.calls == 2
     assert "out of date" not in capsys.readouterr().err
+    # the load comes after the check's first two forwards: seen at its end, the check counts for nothing
+    late = _Timed(clock, lambda call, n: 0.010 * (1 + 0.5 * (n - 1)))
+    late.contended = lambda: late.calls > 2
+    assert cost_model.cached_verify_cost(late).seconds == pytest.approx(got.seconds) and late.calls == 8
+    assert "out of date" not in capsys.readouterr().err
+
+
+def test_an_unsteady_new_measurement_keeps_the_cached_table(tmp_path, monkeypatch, capsys):
+    """The shape check finds the cached table out of date, but the load that bent the check bends the new
+    measurement too (unsteady twice): the cached table is kept, with its cache file, rather than replaced
+    for this process by a table measured under a changing load."""
+    from speculative import cost_model
+    from speculative.cache import read_json, write_json_atomic
+
+    clock = _Clock()
+    monkeypatch.setattr(cost_model, "time", clock)
+    monkeypatch.setenv("SPECULATIVE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cost_model, "PROFILE_SIZES", (1, 2))
+    path = tmp_path / "cost" / "fake-steady-test.json"
+    table = {"sizes": [1, 2], "seconds": [0.010, 0.023]}
+    write_json_atomic(path, table)
+    # the check (8 forwards) sees T(5)/T(1) = 1.0 twice; then each measurement (11 forwards: context, warm-up,
+    # 3 rounds of T(1), T(2), T(1) 3 times again) slows 4x from its 6th forward: unsteady
+    def schedule(call, n):
+        if call <= 16:
+            return 0.010
+        return 0.010 if 1 <= (call - 16) % 11 <= 5 else 0.040
+
+    b = _Timed(clock, schedule)
+    got = cost_model.cached_verify_cost(b)
+    assert b.calls == 16 + 22 and got.seconds == pytest.approx(table["seconds"]) and got.cache_path == path
+    assert read_json(path)["seconds"] == pytest.approx(table["seconds"])
+    err = capsys.readouterr().err
+    assert "out of date" in err and "the cached one is kept" in err

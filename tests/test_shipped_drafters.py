@@ -215,3 +215,58 @@ def test_resolve_drafter_is_the_one_place_auto_is_resolved():
     assert resolve_drafter(target, None) == "none"
     assert resolve_drafter(target, "ngram:n=3") == "ngram:n=3"
     assert resolve_drafter("no-such-target.gguf", "auto") == "ngram"
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("array", "a JSON object was expected"),
+    ("extra-list", "'extra' must be an object"),
+    ("vocab-beyond", "beyond the target's 49,152 tokens"),
+    ("vocab-beyond-unrecorded", "its draft vocabulary holds token 60,000"),
+    ("hidden-text", "'hidden_size' must hold integers >= 1"),
+    ("precision", "'extra.inference_precision' must be \"int8\" or \"fp32\", got \"fp16\""),
+])
+def test_hand_damaged_drafter_json_is_one_line_naming_the_file(tmp_path, capsys, damage, words):
+    """A drafter.json edited into nonsense is refused before any work, with one line that names it."""
+    import shutil
+
+    from speculative.cli import main
+
+    bad = tmp_path / "bad-head"
+    shutil.copytree(ROOT / "smollm2-135m-instruct-eagle", bad)
+    meta = _meta("smollm2-135m-instruct-eagle")
+    if damage == "array":
+        meta = [meta]
+    elif damage == "extra-list":
+        meta["extra"] = [1, 2]
+    elif damage.startswith("vocab-beyond"):
+        meta["vocab_ids"] = meta["vocab_ids"][:-1] + [60_000]
+        if damage.endswith("unrecorded"):
+            meta["target_vocab_size"] = 0  # imported heads may not record it: the target's own size decides
+    elif damage == "hidden-text":
+        meta["hidden_size"] = "big"
+    else:
+        meta["extra"] = {"inference_precision": "fp16"}
+    (bad / "drafter.json").write_text(json.dumps(meta))
+    rc = main(["generate", "--target", "smollm2-135m-instruct", "--drafter", f"eagle:{bad}", "--max-new-tokens", "4",
+               "hi"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and str(bad / "drafter.json") in err[0] and words in err[0], err
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_head_drafts_on_as_many_pytorch_threads_as_the_target_uses(threads):
+    """A head's PyTorch work follows the target's thread count (here fixed by n_threads): on a busy machine the
+    governor's drop to one thread then reaches the head too (docs/policy.md, "Threads")."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3 - threads)  # the other count, so that following it is seen
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="eagle:smollm2-135m-instruct-eagle",
+                                               n_ctx=256, n_threads=threads)
+    try:
+        assert gen.target.cpu_threads_now() == threads
+        r = gen.generate("Name three colors.", max_new_tokens=8, num_speculative_tokens=2, draft_policy="fixed")
+        assert r.stats.draft_tokens > 0 and torch.get_num_threads() == threads
+    finally:
+        gen.close()
+        torch.set_num_threads(before)

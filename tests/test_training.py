@@ -54,10 +54,11 @@ def test_self_instruct_prompt_set_is_kept_and_reused(tmp_path):
     assert all(np.array_equal(x["tokens"], y["tokens"]) for x, y in zip(before, load_shards(d), strict=True))
 
 
-@pytest.mark.parametrize("method", ["eagle", "medusa"])
-def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method):
+@pytest.mark.parametrize("method,context", [("eagle", "own"), ("medusa", "own"), ("eagle", "target")])
+def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, context):
     out = tmp_path_factory.mktemp(method)
-    cfg = TrainConfig(method=method, epochs=3, batch_size=2, lr=3e-3, draft_vocab=2048, data=TINY, eval_prompts=2)
+    cfg = TrainConfig(method=method, epochs=3, batch_size=2, lr=3e-3, draft_vocab=2048, data=TINY, eval_prompts=2,
+                      unroll_context=context)
     m = train_drafter(TARGET, out, cfg, progress=False)
     losses = [h["train_loss"] for h in m["history"]]
     assert len(losses) == 3 and losses[-1] < losses[0], losses
@@ -92,6 +93,20 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method):
     assert [h["epoch"] for h in m2["history"]] == [1, 2, 3, 4]
     assert m2["history"][:3] == m["history"]
     assert sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz")) == shards
+    # damaged files of a run folder: one error naming the file, nothing else touched
+    from speculative.errors import SpeculativeError
+
+    ckpt = out / "checkpoint.pt"
+    good = ckpt.read_bytes()
+    ckpt.write_bytes(good[: len(good) // 2])
+    with pytest.raises(SpeculativeError, match=f"{ckpt}: damaged or not this run's checkpoint"):
+        train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 5}), progress=False)
+    ckpt.write_bytes(good)
+    shard = sorted((out / "data").glob("a-*.npz"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(SpeculativeError, match=f"{shard}: damaged training data shard"):
+        train_drafter(TARGET, out, cfg, progress=False)
+    assert ckpt.read_bytes() == good
 
 
 def test_data_generation_resumes_after_a_lost_shard(tmp_path):
@@ -258,10 +273,46 @@ def test_inference_precision_is_the_higher_estimated_decoding_rate():
         pick_inference_precision({})
 
 
-def test_training_precision_is_resolved_and_checked():
+def test_training_precision_is_resolved_and_checked(tmp_path):
     from speculative.training.train import training_dtype
 
     assert training_dtype("fp32", "cpu") == "fp32" and training_dtype("bf16", "cpu") == "bf16"
     assert training_dtype("auto", "cpu") in ("fp32", "bf16")
     with pytest.raises(ValueError, match="precision"):
         training_dtype("fp8", "cpu")
+    with pytest.raises(ValueError, match="unroll_context must be 'own' or 'target'"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(unroll_context="chain"), progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("window", [32, 5])
+def test_unrolled_training_steps_see_what_drafting_sees(window):
+    """EagleHead.forward_unrolled (EAGLE-3's training-time test) equals drafting through the cache: position j's
+    step-s output is what step() gives after the target-fed inputs up to j - s + 1 and the head's own chain."""
+    from speculative.drafters.head_nets import EagleHead, HeadCache, HeadConfig
+
+    torch.manual_seed(0)
+    cfg = HeadConfig(method="eagle", hidden_size=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate_size=48,
+                     window=window)
+    head = EagleHead(cfg).eval()
+    for p in head.parameters():  # o_proj and down start at zero: give every weight a value
+        torch.nn.init.normal_(p, std=0.3)
+    T, steps = 12, 3
+    feats, embeds = torch.randn(1, T, 32), torch.randn(1, T, 32)
+    with torch.no_grad():
+        outs = head.forward_unrolled(feats, embeds, steps)
+        assert torch.allclose(outs[0], head(feats, embeds), atol=1e-5)
+        checked = 0
+        for s in range(2, steps + 1):
+            for j in range(s - 1, T):
+                cache = HeadCache()
+                first = j - s + 1  # the last position whose input comes from the target's feature
+                out = head.step(feats[0, : first + 1], embeds[0, : first + 1], cache)[-1]
+                for p in range(first + 1, j + 1):  # the chain: each input is the previous step's output
+                    out = head.step(out[None], embeds[0, p : p + 1], cache)[0]
+                assert torch.allclose(outs[s - 1][0, j], out, atol=1e-4), (s, j)
+                checked += 1
+        # and the context really matters: the older unrolling (every position fed its own prediction) differs
+        own = head(torch.cat([feats[:, :1], outs[0][:, :-1]], dim=1), embeds)
+        assert not torch.allclose(own[0, 2:], outs[1][0, 2:], atol=1e-3)
+    assert checked == (T - 1) + (T - 2)

@@ -141,8 +141,8 @@ def _timed_forwards(backend: Backend, context_tokens: int, plan: Sequence[Sequen
     """Prefill ``context_tokens`` random tokens in ``seq_id``, run one warm-up forward, then time one
     forward (logits at every position, rolled back after) per size of each row of ``plan``, in order.
     Returns the seconds in ``plan``'s shape, or None when ``skip_if_contended`` and the backend saw
-    other processes holding the cores during the first two forwards; the sequence's cache is cleared
-    at the end."""
+    other processes holding the cores during the first two forwards or at the end; the sequence's cache
+    is cleared at the end."""
     rng = np.random.default_rng(seed)
     hi = min(backend.vocab_size, 30000)
     ctx = rng.integers(100, hi, size=context_tokens).tolist()
@@ -164,7 +164,8 @@ def _timed_forwards(backend: Backend, context_tokens: int, plan: Sequence[Sequen
             backend.truncate(seq_id, context_tokens)
             if skip_if_contended and backend.contended():
                 return None
-            return [[timed(n) for n in row] for row in plan]
+            out = [[timed(n) for n in row] for row in plan]
+            return None if skip_if_contended and backend.contended() else out  # the load may come mid-way
         finally:
             backend.truncate(seq_id, 0)
 
@@ -201,8 +202,8 @@ def measured_ratio(backend: Backend, n: int = SHAPE_PROBE_SIZE, context_tokens: 
     """T(n)/T(1) measured now: the median over ``rounds`` interleaved pairs of a 1-token and an n-token
     forward after ``context_tokens`` tokens of context (rolled back; the sequence is cleared at the end).
     About 2·rounds + 2 forwards: the quick check of a cached table's shape (:func:`cached_verify_cost`).
-    None when the first two forwards showed other processes holding the cores (``backend.contended()``):
-    timings then measure the load, and on a busy machine each can take seconds."""
+    None when the first two forwards, or the last ones, showed other processes holding the cores
+    (``backend.contended()``): timings then measure the load, and on a busy machine each can take seconds."""
     pairs = _timed_forwards(backend, context_tokens, [[1, n]] * rounds, seq_id, 1, skip_if_contended=True)
     if pairs is None:
         return None
@@ -219,7 +220,8 @@ def cached_verify_cost(backend: Backend) -> CostModel:
     :data:`SHAPE_TOLERANCE` from the table's in two checks, on the same side, it is measured again
     (skipped, the table kept, when other processes hold the cores), since the online refinement only
     corrects the sizes the policy verifies, and a table that overstates T(n) keeps the policy from
-    ever verifying them. The returned model remembers its cache file, so that
+    ever verifying them; if that new measurement stays unsteady, the cached table is kept (the load that
+    bent the check bent the measurement too). The returned model remembers its cache file, so that
     :meth:`CostModel.save_if_drifted` can correct its scale later.
     """
     from .cache import cache_dir, read_json, write_json_atomic
@@ -231,6 +233,7 @@ def cached_verify_cost(backend: Backend) -> CostModel:
     if model is not None and (len(model.seconds) != len(model.sizes) or min(model.seconds) <= 0):
         model = None  # a damaged cache file: measured again
     probe = SHAPE_PROBE_SIZE
+    stale = None  # a cached table the shape check found out of date
     if model is not None and backend.n_ctx > 32 + probe:
         cached = model.time(probe) / model.time(1)
 
@@ -245,6 +248,7 @@ def cached_verify_cost(backend: Backend) -> CostModel:
             again = measured_ratio(backend, probe)
             live = live if again is not None and off(again) * off(live) > 0 else cached
         if off(live):
+            stale = model
             print(f"[speculative] the cached cost of {backend.model_id}'s forward passes is out of date "
                   f"(T({probe})/T(1) = {cached:.2f} cached, {live:.2f} now): measuring again",
                   file=sys.stderr, flush=True)
@@ -262,6 +266,11 @@ def cached_verify_cost(backend: Backend) -> CostModel:
         if not model.steady:  # measured while the load changed: once more, and cache it only if steady
             model = measure_verify_cost(backend, PROFILE_SIZES, context_tokens=context_tokens, repeats=3)
         if not model.steady:
+            if stale is not None:  # the load that bent the check bends the measurement too: keep the cached table
+                print(f"[speculative] the new measurement of {backend.model_id}'s forward passes was unsteady (the "
+                      "machine's load changed): the cached one is kept", file=sys.stderr, flush=True)
+                stale.cache_path, stale.saved_t1 = path, stale.time(1)
+                return stale
             return model  # used in this process only (and refined online)
         write_json_atomic(path, {**model.to_dict(), "model": backend.model_id, "backend": backend.name})
     model.cache_path, model.saved_t1 = path, model.time(1)

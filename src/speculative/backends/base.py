@@ -341,6 +341,11 @@ class Backend(abc.ABC):
         say little about the model); backends that cannot tell answer False."""
         return False
 
+    def cpu_threads_now(self) -> int | None:
+        """CPU threads the backend's forwards run on now (the count its thread governor last chose), so that a
+        drafter's own CPU work in the same process can follow it; None for a backend that does not choose one."""
+        return None
+
     def close(self) -> None:
         """Free the model and caches."""
 

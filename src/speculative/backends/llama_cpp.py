@@ -328,6 +328,9 @@ class LlamaCppBackend(Backend):
         finally:
             self._threads_held -= 1
 
+    def cpu_threads_now(self) -> int:
+        return self._threads_now
+
     def contended(self) -> bool:
         """True when the last forwards' threads waited for cores that other processes held."""
         return self.thread_governor is not None and self.thread_governor.busy(min_samples=2)

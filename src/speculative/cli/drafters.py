@@ -77,6 +77,12 @@ def cmd_train_drafter(args) -> int:
         raise SpeculativeError(f"--text-tokens must be >= 0, got {args.text_tokens}")
     if args.text_tokens and args.data_backend == "transformers":
         raise SpeculativeError("--text-tokens: the standard-library text is prefilled with --data-backend llama.cpp only")
+    if args.method != "eagle" and args.inference_precision != "auto":
+        raise SpeculativeError(f"--inference-precision {args.inference_precision}: {args.method} drafters run "
+                               f"{'fp32' if args.method == 'medusa' else 'as GGUF models in llama.cpp'}; "
+                               "the option is for EAGLE heads")
+    if args.method != "eagle" and args.unroll_context != "own":
+        raise SpeculativeError(f"--unroll-context {args.unroll_context}: only EAGLE heads unroll their drafting steps")
     if args.lr is not None and not 0 < args.lr < 1:
         raise SpeculativeError(f"--lr must be between 0 and 1, got {args.lr}")
     from ..models import resolve
@@ -110,7 +116,7 @@ def cmd_train_drafter(args) -> int:
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
         device=args.device, data_backend=args.data_backend, precision=args.precision, train_tokens=args.train_tokens,
-        inference_precision=args.inference_precision,
+        inference_precision=args.inference_precision, unroll_context=args.unroll_context,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
                         seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel,
                         text_tokens=args.text_tokens),
@@ -119,7 +125,12 @@ def cmd_train_drafter(args) -> int:
     if saved.exists() and not args.fresh:
         import dataclasses
 
-        old = json.loads(saved.read_text())
+        try:
+            old = json.loads(saved.read_text())
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            raise SpeculativeError(f"{saved}: damaged training configuration ({e}); pass --fresh to start over") from None
         old.setdefault("target", args.target)  # run folders from before the target was recorded
         new = dataclasses.asdict(cfg)
         if args.method == "draft-model":
@@ -128,6 +139,7 @@ def cmd_train_drafter(args) -> int:
         old.setdefault("data_backend", "llama.cpp")  # run folders from before it was recorded
         old.setdefault("precision", "auto")
         old.setdefault("train_tokens", None)
+        old.setdefault("unroll_context", "own")
         old.get("data", {}).setdefault("text_tokens", 0)
         for cfg_dict in (old, new):  # where it runs, how many prompts at once and the recommended inference
             cfg_dict.pop("device", None)  # precision (decided after training) do not change the run

@@ -195,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "default: all)")
     tr.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                     help="training arithmetic: bf16 autocast where the hardware has it (auto, the default), or fp32")
+    tr.add_argument("--unroll-context", choices=("own", "target"), default="own",
+                    help="EAGLE heads: what the unrolled training steps attend to: own (every position fed the "
+                    "head's own prediction; the shipped heads' recipe, the default) or target (EAGLE-3's "
+                    "training-time test: the target-fed context plus the head's own chain, as when drafting)")
     tr.add_argument("--inference-precision", choices=("auto", "int8", "fp32"), default="auto",
                     help="what an EAGLE head's drafter.json recommends for drafting on the CPU: auto (the default) "
                     "evaluates the head in fp32 and int8 on the development prompts and records the faster; "

@@ -44,18 +44,23 @@ def cmd_generate(args) -> int:
 
 def cmd_serve(args) -> int:
     try:
-        from ..server import run_server
+        from ..server import listening_socket, run_server
     except ImportError as e:  # pragma: no cover - fastapi/uvicorn are dependencies
         raise SpeculativeError(f"the server needs fastapi and uvicorn: {e}") from None
     if not 1 <= args.port <= 65535:
         raise SpeculativeError(f"--port must be in 1..65535, got {args.port}")
     if args.parallel < 1:
         raise SpeculativeError(f"--parallel must be >= 1, got {args.parallel}")
-    gen = _load_generator(args, max_sequences=args.parallel)
+    sock = listening_socket(args.host, args.port)  # a busy port fails now, not after loading the models
+    try:
+        gen = _load_generator(args, max_sequences=args.parallel)
+    except BaseException:
+        sock.close()
+        raise
     name = args.served_model_name or gen.target.model_id
     print(f"serving {name} ({gen.drafter.description}) on http://{args.host}:{args.port}/v1", file=sys.stderr)
     try:
-        run_server(gen, name, args.host, args.port, log_level=args.log_level)
+        run_server(gen, name, args.host, args.port, log_level=args.log_level, sock=sock)
     finally:
         gen.close()
     return 0

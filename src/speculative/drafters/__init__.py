@@ -108,6 +108,8 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
         if key not in t.options:
             allowed = ", ".join(sorted(t.options)) or "none"
             raise ConfigError(f"unknown option '{key}' for drafter '{kind}' (accepted: {allowed})")
+        if key in options:
+            raise ConfigError(f"drafter option '{key}' is given twice in '{spec}'")
         options[key] = val.strip()
     return DrafterSpec(kind, name, options)
 

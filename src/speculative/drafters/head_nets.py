@@ -83,8 +83,48 @@ class HeadConfig:
 
     @classmethod
     def from_json(cls, text: str) -> HeadConfig:
+        """Parse and check a ``drafter.json``.
+
+        Raises:
+            ValueError: not JSON, not an object, or a field of the wrong type or range (named).
+        """
         d = json.loads(text)
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON object was expected, found {type(d).__name__}")
+        cfg = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """Raise ValueError naming the first field whose type or range is wrong."""
+        def ints(name, values, low):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values):
+                raise ValueError(f"'{name}' must hold integers >= {low}")
+
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError("'method' must be a drafter kind (eagle, eagle3, medusa)")
+        for name in ("hidden_size", "n_heads", "n_kv_heads", "head_dim", "intermediate_size", "window", "medusa_heads"):
+            ints(name, [getattr(self, name)], 1)
+        for name in ("target_hidden_size", "target_vocab_size"):
+            ints(name, [getattr(self, name)], 0)
+        for name in ("vocab_ids", "aux_layers"):
+            if not isinstance(getattr(self, name), list):
+                raise ValueError(f"'{name}' must be a list")
+            ints(name, getattr(self, name), 0)
+        if self.target_vocab_size and self.vocab_ids and max(self.vocab_ids) >= self.target_vocab_size:
+            raise ValueError(f"'vocab_ids' holds {max(self.vocab_ids)}, beyond the target's {self.target_vocab_size:,} "
+                             "tokens ('target_vocab_size')")
+        for name in ("rope_theta", "norm_eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"'{name}' must be a positive number")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError("'n_heads' must be a multiple of 'n_kv_heads'")
+        if not isinstance(self.extra, dict):
+            raise ValueError("'extra' must be an object")
+        precision = self.extra.get("inference_precision", "fp32")
+        if precision not in ("int8", "fp32"):
+            raise ValueError(f"'extra.inference_precision' must be \"int8\" or \"fp32\", got {json.dumps(precision)}")
 
 
 class RMSNorm(nn.Module):
@@ -193,6 +233,33 @@ class EagleHead(_DecoderLayer):
         j = pos[None, :]
         mask = (j <= i) & (j > i - self.cfg.window)
         return self._block(x, self._attend(q, k, v, mask))
+
+    def forward_unrolled(self, features: torch.Tensor, next_embeds: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """Training-time test (EAGLE-3, Li et al. 2025, section 3.2): outputs [B, T, H] of ``steps`` drafting steps.
+
+        Step 1 is :meth:`forward`. At step s > 1 the input feature of position j is the head's own output at
+        position j - 1 from step s - 1, as when it drafts its s-th token, and position j attends to what the
+        drafting cache then holds: the step-1 keys and values (inputs from the target's features) up to
+        position j - s + 1, and, for r = 2 .. s, step r's at position j - (s - r) (the chain of the head's
+        own predictions leading to j). Positions j < s - 1, whose chains would start before the window, keep
+        the target's feature at position 0 as :meth:`forward`'s unrolling does.
+        """
+        B, T, _ = features.shape
+        pos = torch.arange(T, device=features.device)
+        i, j = pos[:, None], pos[None, :]
+        outs, ks, vs, prev = [], [], [], None
+        for s in range(1, steps + 1):
+            feats = features if prev is None else torch.cat([features[:, :1], prev[:, :-1]], dim=1)
+            x = self.fc(torch.cat([feats, next_embeds], dim=-1))
+            q, k, v = self._qkv(x, pos)
+            ks.append(k)
+            vs.append(v)
+            blocks = [(j <= i - (s - 1)) & (j > i - self.cfg.window)]  # step 1: the target-fed context
+            blocks += [j == i - (s - r) for r in range(2, s + 1)]  # the chain's own earlier steps
+            mask = torch.cat(blocks, dim=1)  # [T, s * T]
+            prev = self._block(x, self._attend(q, torch.cat(ks, dim=2), torch.cat(vs, dim=2), mask))
+            outs.append(prev)
+        return outs
 
     # ---- incremental use (drafting) ----------------------------------------------------------
 

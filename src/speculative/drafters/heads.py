@@ -166,6 +166,11 @@ class _HeadDrafter(Drafter):
                 f"drafter {self.folder.name} reads {self.cfg.hidden_size}-wide hidden states; "
                 f"target {target.model_id} has {target.hidden_size}"
             )
+        if self.vocab_ids.size and int(self.vocab_ids.max()) >= target.vocab_size:
+            raise VocabularyMismatchError(
+                f"{self.folder / 'drafter.json'}: its draft vocabulary holds token {int(self.vocab_ids.max()):,}; "
+                f"target {target.model_id} has {target.vocab_size:,} tokens"
+            )
         self.weights = target_weights_for(target, self.vocab_ids, self.device)
         if self.int8:
             from torch import nn
@@ -195,8 +200,21 @@ class _HeadDrafter(Drafter):
         """Run the head (greedy top-B candidates: deterministic, so q is one-hot). Steps the policy skips
         cost nothing: the head catches up on the target's hidden states in one batch at the next proposal.
         Not steerable: ``guide`` is ignored (the request cuts the draft where the constraint refuses)."""
+        self._follow_target_threads()
         with self._torch.inference_mode():
             return self._propose(state, context, max_tokens, sampler, rng, min_confidence)
+
+    def _follow_target_threads(self) -> None:
+        """Run the head's PyTorch work on as many threads as the target's forwards use now (llama.cpp's thread
+        governor drops to fewer while other processes hold cores, or the user's ``--threads``). PyTorch would
+        otherwise keep one thread per core: on a 2-core machine with one core busy its threads then wait at every
+        barrier for a scheduler slice (SmolLM2's head: 20.2 ms per draft token against 2.6 with one thread;
+        docs/policy.md, "Threads")."""
+        if self.target is None or str(self.device) != "cpu":
+            return
+        n = self.target.cpu_threads_now()
+        if n and self._torch.get_num_threads() != n:
+            self._torch.set_num_threads(n)
 
     def non_embedding_parameters(self) -> int:
         """The head's own weights (its LM-head rows are the target's): float parameters, plus the weights and

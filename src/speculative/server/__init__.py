@@ -4,6 +4,6 @@
 speculative steps), :mod:`.metrics` (Prometheus), :mod:`.app` (FastAPI routes).
 """
 
-from .app import ServerState, create_app, run_server
+from .app import ServerState, create_app, listening_socket, run_server
 
-__all__ = ["ServerState", "create_app", "run_server"]
+__all__ = ["ServerState", "create_app", "listening_socket", "run_server"]

@@ -387,16 +387,50 @@ class _Formatter:
                 "created": self.created, "model": self.model, "choices": [choice] if choice else []}
 
 
-def run_server(generator: SpeculativeGenerator, model_name: str, host: str, port: int, log_level: str = "info") -> None:
-    """Serve until interrupted (uvicorn)."""
+def listening_socket(host: str, port: int):
+    """A TCP socket bound to (host, port), for :func:`run_server` (uvicorn listens on it).
+
+    Binding first lets the command refuse a busy port or an unknown host before it loads any model.
+
+    Raises:
+        SpeculativeError: the host does not resolve, or the address cannot be bound (in use, not this machine's,
+            a privileged port).
+    """
+    import socket
+
+    from ..errors import SpeculativeError
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise SpeculativeError(f"--host {host}: {e.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts reuse the port
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise SpeculativeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def run_server(generator: SpeculativeGenerator, model_name: str, host: str, port: int, log_level: str = "info",
+               sock=None) -> None:
+    """Serve until interrupted (uvicorn), on ``sock`` (from :func:`listening_socket`) or else on (host, port)."""
     import uvicorn
 
     state = ServerState(generator, model_name)
     app = create_app(state)
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        if sock is None:
+            uvicorn.run(app, host=host, port=port, log_level=log_level)
+        else:
+            uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
     finally:
         state.close()
+        if sock is not None:
+            sock.close()
 
 
-__all__ = ["ServerState", "create_app", "run_server"]
+__all__ = ["ServerState", "create_app", "listening_socket", "run_server"]

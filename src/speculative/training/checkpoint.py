@@ -46,11 +46,17 @@ class EpochCheckpoint:
 
         if not self.path.exists():
             return 0, []
-        st = torch.load(self.path, weights_only=False, map_location="cpu")  # load_state_dict moves it
-        self.model.load_state_dict(st["model"])
-        self.opt.load_state_dict(st["opt"])
-        self.sched.load_state_dict(st["sched"])
-        return st["epoch"], st["history"]
+        try:
+            st = torch.load(self.path, weights_only=False, map_location="cpu")  # load_state_dict moves it
+            self.model.load_state_dict(st["model"])
+            self.opt.load_state_dict(st["opt"])
+            self.sched.load_state_dict(st["sched"])
+            return int(st["epoch"]), list(st["history"])
+        except Exception as e:  # torch raises many types for a damaged or foreign file
+            from ..errors import SpeculativeError
+
+            raise SpeculativeError(f"{self.path}: damaged or not this run's checkpoint ({type(e).__name__}); delete it "
+                                   "to train again from the first epoch, or pass --fresh") from None
 
     def save(self, epochs_done: int, history: list[dict]) -> None:
         import torch

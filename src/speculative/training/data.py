@@ -386,8 +386,15 @@ def load_shards(data_dir: Path) -> list[dict]:
     for p in sorted(data_dir.glob("*.npz")):
         if ".tmp" in p.name:
             continue
-        with np.load(p) as f:
-            z = {k: f[k] for k in f.files}  # each array read once (an NpzFile reads it again at every access)
+        try:
+            with np.load(p) as f:
+                z = {k: f[k] for k in f.files}  # each array read once (an NpzFile reads it again at every access)
+            z["tokens_len"], z["feats_len"], z["out_len"]  # noqa: B018 - a shard of another kind fails here
+        except Exception as e:  # numpy/zipfile raise many types for a damaged file
+            from ..errors import SpeculativeError
+
+            raise SpeculativeError(f"{p}: damaged training data shard ({type(e).__name__}); delete it and run "
+                                   "again to generate it anew") from None
         offs = {k: np.concatenate([[0], np.cumsum(z[k + "_len"])]) for k in ("tokens", "feats", "out")}
         for i in range(len(z["tokens_len"])):
             t0, t1 = offs["tokens"][i], offs["tokens"][i + 1]

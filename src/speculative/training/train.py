@@ -40,6 +40,10 @@ class TrainConfig:
     reg_weight: float = 0.5
     noise: float = 0.1
     unroll: bool = True
+    # what the unrolled steps attend to: "own" (every position's input is the head's own prediction, the
+    # shipped heads' recipe) or "target" (EAGLE-3's training-time test: the target-fed context plus the
+    # chain of the head's own earlier steps, as the drafting cache holds them; EagleHead.forward_unrolled)
+    unroll_context: str = "own"
     medusa_heads: int = 3
     seed: int = 0
     threads: int | None = None
@@ -183,6 +187,8 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     from ..drafters.heads import target_embedding_matrices
     from ..drafters.head_nets import TargetWeights, build_head, save_head
 
+    if cfg.unroll_context not in ("own", "target"):
+        raise ValueError(f"unroll_context must be 'own' or 'target', got {cfg.unroll_context!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
@@ -245,13 +251,17 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
                 x.to(device) for x in _eagle_tensors(batch, vocab_index, torch))
             emb = weights.embed_tokens(nxt)
             x = feats + (torch.randn_like(feats) * cfg.noise * feat_scale if train_mode else 0)
-            pred = head(x, emb)
+            unrolled = head.forward_unrolled(x, emb, 3) if cfg.unroll and cfg.unroll_context == "target" else None
+            pred = unrolled[0] if unrolled else head(x, emb)
             lg = (pred @ weights.lm_head.T).float()
             ce = _soft_ce(lg, soft_ids, soft_p, labels, torch)
             reg = torch.nn.functional.smooth_l1_loss(pred[reg_mask].float() / feat_scale, tfeat[reg_mask] / feat_scale)
             loss = ce + cfg.reg_weight * reg
             acc = ((lg.argmax(-1) == labels) & (labels >= 0)).sum().item() / max(1, (labels >= 0).sum().item())
-            if cfg.unroll:
+            if unrolled:
+                for w, out in zip((0.5, 0.25), unrolled[1:]):
+                    loss = loss + w * _soft_ce((out @ weights.lm_head.T).float(), soft_ids, soft_p, labels, torch)
+            elif cfg.unroll:
                 # unrolled steps: position j's input feature is the head's own prediction made at j-1,
                 # as when drafting (EAGLE-3's training-time test)
                 prev = pred
@@ -356,7 +366,7 @@ def recommend_inference_precision(target: str, drafter_dir: Path, hcfg, cfg: Tra
     if cfg.method != "eagle":
         candidates, how = ["fp32"], "Medusa heads run fp32"
     elif wanted != "auto":
-        candidates, how = [wanted], "given (--inference-precision)"
+        candidates, how = [wanted], "as given by --inference-precision"
     elif not int8_available():
         candidates, how = ["fp32"], "fp32: this PyTorch has no quantized CPU engine"
     else:
