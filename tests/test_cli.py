@@ -228,22 +228,32 @@ def test_serve_refuses_a_busy_port_before_loading(capsys, monkeypatch):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--host no-such-host.invalid" in err
 
 
-def test_server_runs_on_the_bound_socket():
+def test_server_runs_on_the_bound_socket(monkeypatch):
     """run_server serves on the socket listening_socket bound (the path `speculative serve` takes)."""
     import threading
     import time
 
     import httpx
+    import uvicorn
 
     from speculative import SpeculativeGenerator
     from speculative.server import listening_socket, run_server
 
+    servers = []
+
+    class Recorded(uvicorn.Server):  # to stop it at the end
+        def __init__(self, config):
+            super().__init__(config)
+            servers.append(self)
+
+    monkeypatch.setattr(uvicorn, "Server", Recorded)
     sock = listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="ngram", n_ctx=512)
     t = threading.Thread(target=run_server, args=(gen, "m", "127.0.0.1", port), kwargs={"sock": sock, "log_level": "error"},
                          daemon=True)
     t.start()
+    r = None
     try:
         for _ in range(100):
             try:
@@ -251,6 +261,10 @@ def test_server_runs_on_the_bound_socket():
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert r.status_code == 200 and r.json()["data"][0]["id"] == "m"
+        assert r is not None and r.status_code == 200 and r.json()["data"][0]["id"] == "m"
     finally:
+        for srv in servers:
+            srv.should_exit = True
+        t.join(timeout=30)
         gen.close()
+    assert not t.is_alive() and sock.fileno() == -1  # stopped, and its socket closed

@@ -151,7 +151,14 @@ def test_eagle_head_precision_follows_its_drafter_json_and_int8_runs():
     # int8 layers keep their weights packed outside parameters(): still counted (the bench's size table)
     assert d8.non_embedding_parameters() == d32.non_embedding_parameters() > 1e6
     if "qwen2.5-coder-1.5b-instruct-eagle" in SHIPPED:
-        assert _meta("qwen2.5-coder-1.5b-instruct-eagle")["extra"]["inference_precision"] == "int8"
+        qwen = _meta("qwen2.5-coder-1.5b-instruct-eagle")
+        assert qwen["extra"]["inference_precision"] == "int8"
+        # and its 8,192 most frequent draft tokens (the same tau on the development prompts as all 16,387, a
+        # sixth less drafting time: docs/training.md); vocab=N overrides it
+        assert qwen["extra"]["draft_vocab"] == 8192
+        assert EagleDrafter(ROOT / "qwen2.5-coder-1.5b-instruct-eagle").vocab_ids.tolist() == qwen["vocab_ids"][:8192]
+        full = EagleDrafter(ROOT / "qwen2.5-coder-1.5b-instruct-eagle", draft_vocab=len(qwen["vocab_ids"]))
+        assert full.vocab_ids.tolist() == qwen["vocab_ids"]
     # the int8 head runs (a random LM-head matrix stands in for the target's rows)
     H = d8.cfg.hidden_size
     lm = torch.nn.Linear(H, len(d8.vocab_ids), bias=False)
@@ -224,6 +231,7 @@ def test_resolve_drafter_is_the_one_place_auto_is_resolved():
     ("vocab-beyond-unrecorded", "its draft vocabulary holds token 60,000"),
     ("hidden-text", "'hidden_size' must hold integers >= 1"),
     ("precision", "'extra.inference_precision' must be \"int8\" or \"fp32\", got \"fp16\""),
+    ("draft-vocab", "'extra.draft_vocab' must be an integer >= 1, got 0"),
 ])
 def test_hand_damaged_drafter_json_is_one_line_naming_the_file(tmp_path, capsys, damage, words):
     """A drafter.json edited into nonsense is refused before any work, with one line that names it."""
@@ -244,6 +252,8 @@ def test_hand_damaged_drafter_json_is_one_line_naming_the_file(tmp_path, capsys,
             meta["target_vocab_size"] = 0  # imported heads may not record it: the target's own size decides
     elif damage == "hidden-text":
         meta["hidden_size"] = "big"
+    elif damage == "draft-vocab":
+        meta["extra"] = {"draft_vocab": 0}
     else:
         meta["extra"] = {"inference_precision": "fp16"}
     (bad / "drafter.json").write_text(json.dumps(meta))
@@ -255,6 +265,10 @@ def test_hand_damaged_drafter_json_is_one_line_naming_the_file(tmp_path, capsys,
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_head_drafts_on_as_many_pytorch_threads_as_the_target_uses(threads):
+    import os
+
+    if threads > (os.cpu_count() or 1):
+        pytest.skip("one CPU: the target takes at most one thread")
     """A head's PyTorch work follows the target's thread count (here fixed by n_threads): on a busy machine the
     governor's drop to one thread then reaches the head too (docs/policy.md, "Threads")."""
     import torch
@@ -269,4 +283,34 @@ def test_head_drafts_on_as_many_pytorch_threads_as_the_target_uses(threads):
         assert r.stats.draft_tokens > 0 and torch.get_num_threads() == threads
     finally:
         gen.close()
+    try:
+        assert torch.get_num_threads() == 3 - threads  # close() gives the process its count back
+    finally:
         torch.set_num_threads(before)
+
+
+def test_head_vocab_option_keeps_the_most_frequent_draft_tokens():
+    """``eagle:NAME,vocab=N``: the first N ids of drafter.json's vocab_ids (most frequent first), and only their
+    LM-head rows are read; drafting stays lossless (verification decides), greedy output is plain decoding's."""
+    from speculative.drafters import parse_drafter_spec
+    from speculative.errors import ConfigError
+
+    name = "smollm2-135m-instruct-eagle"
+    ids = _meta(name)["vocab_ids"]
+    prompt = "Write a short poem about the sea."
+    plain = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter="none", n_ctx=512)
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=f"eagle:{name},vocab=300", n_ctx=512)
+    try:
+        d = gen.drafter
+        assert d.vocab_ids.tolist() == ids[:300] and tuple(d.weights.lm_head.shape) == (300, gen.target.hidden_size)
+        r = gen.generate(prompt, max_new_tokens=48, num_speculative_tokens=3, draft_policy="fixed")
+        assert r.stats.draft_tokens > 0 and r.stats.accepted_tokens > 0
+        assert set(r.token_ids) - set(ids[:300])  # tokens outside the draft vocabulary still come out
+        assert r.token_ids == plain.generate(prompt, max_new_tokens=48).token_ids
+    finally:
+        gen.close()
+        plain.close()
+    with pytest.raises(ConfigError, match="vocab=0 must be >= 1"):
+        SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=f"eagle:{name},vocab=0", n_ctx=256)
+    with pytest.raises(ConfigError, match="unknown option 'vocab' for drafter 'eagle3'"):
+        parse_drafter_spec("eagle3:x,vocab=10")

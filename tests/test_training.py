@@ -96,17 +96,18 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
     # damaged files of a run folder: one error naming the file, nothing else touched
     from speculative.errors import SpeculativeError
 
-    ckpt = out / "checkpoint.pt"
-    good = ckpt.read_bytes()
+    ckpt, config = out / "checkpoint.pt", out / "train_config.json"
+    good, settings = ckpt.read_bytes(), config.read_text()
     ckpt.write_bytes(good[: len(good) // 2])
+    cfg4 = TrainConfig(**{**cfg.__dict__, "epochs": 4})  # the settings the folder holds now
     with pytest.raises(SpeculativeError, match=f"{ckpt}: damaged or not this run's checkpoint"):
-        train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 5}), progress=False)
+        train_drafter(TARGET, out, cfg4, progress=False)
     ckpt.write_bytes(good)
     shard = sorted((out / "data").glob("a-*.npz"))[0]
     shard.write_bytes(shard.read_bytes()[:100])
     with pytest.raises(SpeculativeError, match=f"{shard}: damaged training data shard"):
-        train_drafter(TARGET, out, cfg, progress=False)
-    assert ckpt.read_bytes() == good
+        train_drafter(TARGET, out, cfg4, progress=False)
+    assert ckpt.read_bytes() == good and config.read_text() == settings
 
 
 def test_data_generation_resumes_after_a_lost_shard(tmp_path):
@@ -282,6 +283,11 @@ def test_training_precision_is_resolved_and_checked(tmp_path):
         training_dtype("fp8", "cpu")
     with pytest.raises(ValueError, match="unroll_context must be 'own' or 'target'"):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(unroll_context="chain"), progress=False)
+    with pytest.raises(ValueError, match="inference_precision must be 'auto', 'int8' or 'fp32'"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_precision="fp16"), progress=False)
+    with pytest.raises(ValueError, match="only EAGLE heads choose one"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(method="medusa", inference_precision="int8"),
+                      progress=False)
     assert not (tmp_path / "run").exists()
 
 

@@ -18,7 +18,7 @@ def _add_model_options(p: argparse.ArgumentParser, *, drafter: bool = True) -> N
             "--drafter",
             default=None,
             help="drafter spec TYPE[:NAME_OR_PATH][,key=value...]: none, ngram[,min=N,max=N,tree=W], model:NAME, "
-            "eagle:NAME[,tree=B,precision=int8|fp32], eagle3:FOLDER (transformers backend), medusa:NAME[,tree=B], "
+            "eagle:NAME[,tree=B,precision=int8|fp32,vocab=N], eagle3:FOLDER (transformers backend), medusa:NAME[,tree=B], "
             "suffix[,cache=PATH,...] (suffix decoding, remembers earlier requests), suffix[,...]+OTHER (suffix first, then OTHER) "
             "(default: auto, the target's recommended drafter, ngram where it has none; "
             "`speculative drafters` lists them)",

@@ -178,14 +178,23 @@ def cmd_export_drafter(args) -> int:
     if args.k < 1:
         raise SpeculativeError(f"--k must be >= 1, got {args.k}")
     folder = trained_drafter_dir(args.drafter)
-    method = json.loads((folder / "drafter.json").read_text()).get("method")
+    try:
+        meta = json.loads((folder / "drafter.json").read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("a JSON object was expected")
+    except ValueError as e:
+        raise SpeculativeError(f"{folder / 'drafter.json'}: not a drafter description ({e})") from None
+    method = meta.get("method")
     want = "medusa" if args.format == "medusa" else "eagle"
     if method != want:
         raise SpeculativeError(f"{args.drafter} is a drafter of kind '{method}'; only {want} drafters export to the "
                                f"{args.format} layout")
     if Path(args.output).exists() and not Path(args.output).is_dir():
         raise SpeculativeError(f"--output {args.output} is a file")
-    cfg = HeadConfig.from_json((folder / "drafter.json").read_text())
+    try:
+        cfg = HeadConfig.from_json((folder / "drafter.json").read_text())
+    except (ValueError, TypeError) as e:
+        raise SpeculativeError(f"{folder / 'drafter.json'}: not a drafter description ({e})") from None
     if args.format in ("speculators", "eagle"):
         out = export_eagle(folder, args.output, args.format, verifier=args.verifier or "", speculative_tokens=args.k)
     else:

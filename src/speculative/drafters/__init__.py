@@ -341,7 +341,7 @@ def _eagle(spec, target, ctx) -> Drafter:
 
     dev = ctx.device or ("cpu" if target.name == "llama.cpp" else str(getattr(target, "device", "cpu")))
     return EagleDrafter(trained_drafter_dir(spec.name), tree=_int_option(spec, "tree", 0, 0), device=dev,
-                        precision=_precision_option(spec))
+                        precision=_precision_option(spec), draft_vocab=_int_option(spec, "vocab", None, 1))
 
 
 def _eagle3(spec, target, ctx) -> Drafter:
@@ -412,7 +412,9 @@ register_drafter(
         "eagle",
         _eagle,
         {"tree": "also propose the next B-1 candidates at every depth (a token tree; default 0: a chain)",
-         "precision": _PRECISION_HELP},
+         "precision": _PRECISION_HELP,
+         "vocab": "propose only the N most frequent tokens of the head's draft vocabulary (default: all of it; "
+                  "fewer LM-head rows to read per draft token)"},
         True,
         "an EAGLE-style head on the target's hidden states (shipped name or trained folder)",
     )

@@ -101,8 +101,8 @@ class HeadConfig:
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values):
                 raise ValueError(f"'{name}' must hold integers >= {low}")
 
-        if not isinstance(self.method, str) or not self.method:
-            raise ValueError("'method' must be a drafter kind (eagle, eagle3, medusa)")
+        if self.method not in ("eagle", "eagle3", "medusa"):
+            raise ValueError(f"'method' is {json.dumps(self.method)}, not a head (eagle, eagle3, medusa)")
         for name in ("hidden_size", "n_heads", "n_kv_heads", "head_dim", "intermediate_size", "window", "medusa_heads"):
             ints(name, [getattr(self, name)], 1)
         for name in ("target_hidden_size", "target_vocab_size"):
@@ -122,6 +122,9 @@ class HeadConfig:
             raise ValueError("'n_heads' must be a multiple of 'n_kv_heads'")
         if not isinstance(self.extra, dict):
             raise ValueError("'extra' must be an object")
+        n = self.extra.get("draft_vocab", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"'extra.draft_vocab' must be an integer >= 1, got {json.dumps(n)}")
         precision = self.extra.get("inference_precision", "fp32")
         if precision not in ("int8", "fp32"):
             raise ValueError(f"'extra.inference_precision' must be \"int8\" or \"fp32\", got {json.dumps(precision)}")
@@ -235,7 +238,8 @@ class EagleHead(_DecoderLayer):
         return self._block(x, self._attend(q, k, v, mask))
 
     def forward_unrolled(self, features: torch.Tensor, next_embeds: torch.Tensor, steps: int) -> list[torch.Tensor]:
-        """Training-time test (EAGLE-3, Li et al. 2025, section 3.2): outputs [B, T, H] of ``steps`` drafting steps.
+        """Training-time test (EAGLE-3, Li et al. 2025, section 3.2): the outputs [B, T, H] of ``steps`` >= 1
+        drafting steps, from features [B, T, H] (the target's) and next-token embeddings [B, T, H].
 
         Step 1 is :meth:`forward`. At step s > 1 the input feature of position j is the head's own output at
         position j - 1 from step s - 1, as when it drafts its s-th token, and position j attends to what the
@@ -372,9 +376,19 @@ def build_head(cfg: HeadConfig) -> nn.Module:
 
 
 def save_head(head: nn.Module, cfg: HeadConfig, folder: Path, int8: bool = True) -> None:
-    """Write ``drafter.json`` and ``head.safetensors`` (int8 per-row weights + fp32 scales when ``int8``)."""
+    """Write ``drafter.json`` and ``head.safetensors`` (int8 per-row weights + fp32 scales when ``int8``).
+
+    Raises:
+        ConfigError: ``cfg`` fails :meth:`HeadConfig.check` (what :func:`load_head` would refuse is not written).
+    """
     from safetensors.torch import save_file
 
+    from ..errors import ConfigError
+
+    try:
+        cfg.check()
+    except ValueError as e:
+        raise ConfigError(f"{folder / CONFIG_FILE}: not written, {e}") from None
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, t in head.state_dict().items():

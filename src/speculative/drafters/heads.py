@@ -108,6 +108,14 @@ class HeadState(DraftState):
     scorer: ShadowScorer = field(default_factory=ShadowScorer)
 
 
+def int8_available() -> bool:
+    """Whether PyTorch here has the x86 quantized engine (x86 or fbgemm) that :func:`int8_linears` uses; without
+    it a head asked to run int8 runs fp32."""
+    import torch
+
+    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+
+
 def int8_linears(module):
     """``module`` with every ``nn.Linear`` replaced by PyTorch's dynamically quantized int8 Linear
     (weights int8 with one scale per output row, activations quantized per call; fbgemm/x86 kernels): a quarter of the
@@ -119,7 +127,7 @@ def int8_linears(module):
     import torch
     from torch import nn
 
-    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+    if not int8_available():
         return module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager-mode quantization is deprecated in favour of torchao, still supported
@@ -131,7 +139,8 @@ class _HeadDrafter(Drafter):
     needs_hidden = True
     runs_network = True
 
-    def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu", precision: str | None = "fp32"):
+    def __init__(self, folder: str | Path, tree: int = 0, device: str = "cpu", precision: str | None = "fp32",
+                 draft_vocab: int | None = None):
         super().__init__()
         import torch
 
@@ -152,7 +161,14 @@ class _HeadDrafter(Drafter):
         self.device = device
         self.tree = int(tree)
         self.vocab_ids = np.asarray(self.cfg.vocab_ids, dtype=np.int64)
+        if draft_vocab is None:  # the head's own recommendation (drafter.json "extra"), all of it if none
+            draft_vocab = self.cfg.extra.get("draft_vocab")
+        if draft_vocab is not None:  # the N most frequent tokens (vocab_ids lists them most frequent first)
+            if draft_vocab < 1:
+                raise ConfigError(f"draft vocabulary size must be >= 1, got {draft_vocab}")
+            self.vocab_ids = self.vocab_ids[:draft_vocab]
         self._torch = torch
+        self._threads_before: int | None = None
         self.weights = None
 
     def bind(self, target) -> None:
@@ -206,7 +222,8 @@ class _HeadDrafter(Drafter):
 
     def _follow_target_threads(self) -> None:
         """Run the head's PyTorch work on as many threads as the target's forwards use now (llama.cpp's thread
-        governor drops to fewer while other processes hold cores, or the user's ``--threads``). PyTorch would
+        governor drops to fewer while other processes hold cores, or the user's ``--threads``); :meth:`close`
+        restores the count it found. The setting is PyTorch's intra-op count for the process. PyTorch would
         otherwise keep one thread per core: on a 2-core machine with one core busy its threads then wait at every
         barrier for a scheduler slice (SmolLM2's head: 20.2 ms per draft token against 2.6 with one thread;
         docs/policy.md, "Threads")."""
@@ -214,7 +231,15 @@ class _HeadDrafter(Drafter):
             return
         n = self.target.cpu_threads_now()
         if n and self._torch.get_num_threads() != n:
+            if self._threads_before is None:
+                self._threads_before = self._torch.get_num_threads()  # restored by close()
             self._torch.set_num_threads(n)
+
+    def close(self) -> None:
+        if self._threads_before is not None:  # the process's PyTorch thread count as it was before drafting
+            self._torch.set_num_threads(self._threads_before)
+            self._threads_before = None
+        super().close()
 
     def non_embedding_parameters(self) -> int:
         """The head's own weights (its LM-head rows are the target's): float parameters, plus the weights and
@@ -232,8 +257,9 @@ class EagleDrafter(_HeadDrafter):
 
     kind = "eagle"
 
-    def __init__(self, folder, tree: int = 0, device: str = "cpu", precision: str | None = None):
-        super().__init__(folder, tree, device, precision)
+    def __init__(self, folder, tree: int = 0, device: str = "cpu", precision: str | None = None,
+                 draft_vocab: int | None = None):
+        super().__init__(folder, tree, device, precision, draft_vocab)
         if self.cfg.method != self.kind:
             hint = " (use the eagle3: drafter)" if self.cfg.method == "eagle3" else ""
             raise ConfigError(f"{folder} holds a drafter of kind '{self.cfg.method}', not {self.kind}{hint}")

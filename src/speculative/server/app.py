@@ -400,18 +400,18 @@ def listening_socket(host: str, port: int):
 
     from ..errors import SpeculativeError
 
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                          flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as e:
-        raise SpeculativeError(f"--host {host}: {e.strerror}") from None
-    sock = socket.socket(family, kind, proto)
+    ipv6 = ":" in host  # uvicorn's rule: IPv6 only for a literal IPv6 host ("localhost" stays IPv4)
+    where = f"[{host}]:{port}" if ipv6 else f"{host}:{port}"
+    sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts reuse the port
-        sock.bind(addr)
+        sock.bind((host, port))
+    except socket.gaierror as e:
+        sock.close()
+        raise SpeculativeError(f"--host {host}: {e.strerror}") from None
     except OSError as e:
         sock.close()
-        raise SpeculativeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise SpeculativeError(f"cannot listen on {where}: {e.strerror or e}") from None
     return sock
 
 

@@ -16,9 +16,8 @@ or str -> number coercion), numbers must be finite, and strings valid Unicode
 
 from __future__ import annotations
 
-import json
-
 import hashlib
+import json
 
 from typing import Annotated, Any, Literal
 

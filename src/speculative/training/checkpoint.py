@@ -55,8 +55,9 @@ class EpochCheckpoint:
         except Exception as e:  # torch raises many types for a damaged or foreign file
             from ..errors import SpeculativeError
 
-            raise SpeculativeError(f"{self.path}: damaged or not this run's checkpoint ({type(e).__name__}); delete it "
-                                   "to train again from the first epoch, or pass --fresh") from None
+            raise SpeculativeError(f"{self.path}: damaged or not this run's checkpoint ({type(e).__name__}: "
+                                   f"{str(e)[:200]}); delete it to train again from the first epoch, or pass --fresh"
+                                   ) from None
 
     def save(self, epochs_done: int, history: list[dict]) -> None:
         import torch

@@ -393,8 +393,8 @@ def load_shards(data_dir: Path) -> list[dict]:
         except Exception as e:  # numpy/zipfile raise many types for a damaged file
             from ..errors import SpeculativeError
 
-            raise SpeculativeError(f"{p}: damaged training data shard ({type(e).__name__}); delete it and run "
-                                   "again to generate it anew") from None
+            raise SpeculativeError(f"{p}: damaged training data shard ({type(e).__name__}: {str(e)[:200]}); delete "
+                                   "it, and the run whose data folder it is generates it again when resumed") from None
         offs = {k: np.concatenate([[0], np.cumsum(z[k + "_len"])]) for k in ("tokens", "feats", "out")}
         for i in range(len(z["tokens_len"])):
             t0, t1 = offs["tokens"][i], offs["tokens"][i + 1]

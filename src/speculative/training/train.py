@@ -23,11 +23,15 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .checkpoint import EpochCheckpoint, cosine_schedule, train_epochs
 from .data import DataConfig, draft_vocabulary, generate_data, load_training_examples
+
+if TYPE_CHECKING:  # torch-free at import
+    from ..drafters.head_nets import HeadConfig
 
 
 @dataclass
@@ -189,6 +193,11 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
 
     if cfg.unroll_context not in ("own", "target"):
         raise ValueError(f"unroll_context must be 'own' or 'target', got {cfg.unroll_context!r}")
+    if cfg.inference_precision not in ("auto", "int8", "fp32"):
+        raise ValueError(f"inference_precision must be 'auto', 'int8' or 'fp32', got {cfg.inference_precision!r}")
+    if cfg.method != "eagle" and cfg.inference_precision != "auto":
+        raise ValueError(f"inference_precision {cfg.inference_precision!r}: only EAGLE heads choose one ({cfg.method} "
+                         "heads run fp32)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
@@ -314,13 +323,6 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     return metrics
 
 
-def int8_available() -> bool:
-    """Whether PyTorch here has a quantized CPU engine for dynamically quantized int8 Linear layers."""
-    import torch
-
-    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack"))
-
-
 def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
     """Choose between held-out evaluations of one head at several precisions (same prompts, same k, fixed
     policy): the one with the highest estimated decoding rate new_tokens / (steps * v + draft_time_s).
@@ -348,19 +350,25 @@ def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, flo
     return choice, {**{f"{p}_tokens_per_s": r for p, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
 
 
-def recommend_inference_precision(target: str, drafter_dir: Path, hcfg, cfg: TrainConfig) -> tuple[str, dict, dict]:
+def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig
+                                  ) -> tuple[str, dict, dict]:
     """Evaluate a freshly saved head and write its recommended inference precision into its drafter.json
     (``extra.inference_precision``, which the drafter follows unless its spec says ``precision=``).
 
-    With ``cfg.inference_precision`` "auto" an EAGLE head is evaluated in fp32 and in int8 and the faster by
-    :func:`pick_inference_precision` is recommended (fp32 where PyTorch has no quantized engine); a given
-    precision is recorded as given. Medusa heads are recorded fp32 (their LM-head products stay fp32).
+    With ``cfg.inference_precision`` "auto" an EAGLE head is evaluated in int8 and then in fp32 (so that the
+    process's first-run costs fall on int8, and a doubt on fp32) and the faster by
+    :func:`pick_inference_precision` is recommended (fp32, the first on a tie; fp32 alone where PyTorch has no
+    x86 quantized engine); a given precision is recorded as given. Medusa heads are recorded fp32 (their
+    LM-head products stay fp32). ``hcfg.extra`` is updated in place and drafter.json rewritten atomically.
 
     Returns:
         (the recommended precision, its held-out evaluation, a record of the choice for metrics.json).
+    Raises:
+        ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
     """
     from ..cache import atomic_path
     from ..drafters.head_nets import CONFIG_FILE
+    from ..drafters.heads import int8_available
 
     wanted = cfg.inference_precision
     if cfg.method != "eagle":
@@ -371,8 +379,9 @@ def recommend_inference_precision(target: str, drafter_dir: Path, hcfg, cfg: Tra
         candidates, how = ["fp32"], "fp32: this PyTorch has no quantized CPU engine"
     else:
         candidates, how = ["fp32", "int8"], "measured: the higher estimated decoding rate on the development prompts"
-    evals = {p: evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
-                                 precision=p if cfg.method == "eagle" else None) for p in candidates}
+    done = {p: evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
+                                precision=p if cfg.method == "eagle" else None) for p in reversed(candidates)}
+    evals = {p: done[p] for p in candidates}  # fp32 first: it wins a tie
     choice, rates = pick_inference_precision(evals)
     hcfg.extra = {**hcfg.extra, "inference_precision": choice}
     with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
