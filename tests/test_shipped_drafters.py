@@ -314,3 +314,19 @@ def test_head_vocab_option_keeps_the_most_frequent_draft_tokens():
         SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=f"eagle:{name},vocab=0", n_ctx=256)
     with pytest.raises(ConfigError, match="unknown option 'vocab' for drafter 'eagle3'"):
         parse_drafter_spec("eagle3:x,vocab=10")
+
+
+def test_draft_vocab_recommendation_is_for_eagle_heads_only(tmp_path):
+    """extra.draft_vocab in a Medusa head's drafter.json is refused naming the file (its LM heads may be its own)."""
+    import shutil
+
+    from speculative.drafters.heads import MedusaDrafter
+    from speculative.errors import ConfigError
+
+    bad = tmp_path / "medusa"
+    shutil.copytree(ROOT / "smollm2-135m-instruct-medusa", bad)
+    meta = _meta("smollm2-135m-instruct-medusa")
+    meta["extra"] = {"draft_vocab": 100}
+    (bad / "drafter.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=f"{bad / 'drafter.json'}: a draft vocabulary size .* EAGLE heads only"):
+        MedusaDrafter(bad)

@@ -164,6 +164,9 @@ class _HeadDrafter(Drafter):
         if draft_vocab is None:  # the head's own recommendation (drafter.json "extra"), all of it if none
             draft_vocab = self.cfg.extra.get("draft_vocab")
         if draft_vocab is not None:  # the N most frequent tokens (vocab_ids lists them most frequent first)
+            if self.cfg.method != "eagle":  # EAGLE-3 and imported Medusa heads carry LM heads of their own
+                raise ConfigError(f"{self.folder / 'drafter.json'}: a draft vocabulary size (extra.draft_vocab) "
+                                  f"applies to EAGLE heads only, not {self.cfg.method}")
             if draft_vocab < 1:
                 raise ConfigError(f"draft vocabulary size must be >= 1, got {draft_vocab}")
             self.vocab_ids = self.vocab_ids[:draft_vocab]
