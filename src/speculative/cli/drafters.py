@@ -192,7 +192,7 @@ def cmd_export_drafter(args) -> int:
     if Path(args.output).exists() and not Path(args.output).is_dir():
         raise SpeculativeError(f"--output {args.output} is a file")
     try:
-        cfg = HeadConfig.from_json((folder / "drafter.json").read_text())
+        cfg = HeadConfig.from_dict(meta)
     except (ValueError, TypeError) as e:
         raise SpeculativeError(f"{folder / 'drafter.json'}: not a drafter description ({e})") from None
     if args.format in ("speculators", "eagle"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..backends.base import Backend
 from ..errors import ConfigError
-from .base import BuildContext, DraftProposal, Drafter, DraftState, NoDrafter
+from .base import HEAD_PRECISIONS, BuildContext, DraftProposal, Drafter, DraftState, NoDrafter
 from .draft_model import DraftModelDrafter
 from .ngram import NgramDrafter
 
@@ -318,7 +318,6 @@ def shipped_drafters() -> list[str]:
     return sorted(p.name for p in root.glob("*") if (p / "drafter.json").is_file()) if root.is_dir() else []
 
 
-HEAD_PRECISIONS = ("auto", "int8", "fp32")
 _PRECISION_HELP = ("the head's layers on the CPU: int8 (dynamically quantized), fp32, or auto (default: what its "
                    "drafter.json recommends, else fp32)")
 
@@ -330,9 +329,9 @@ def _precision_option(spec: DrafterSpec) -> str | None:
         ConfigError: another value.
     """
     raw = spec.options.get("precision", "auto").lower()
-    if raw not in HEAD_PRECISIONS:
+    if raw not in ("auto", *HEAD_PRECISIONS):
         raise ConfigError(f"drafter option precision={spec.options['precision']} must be one of "
-                          f"{', '.join(HEAD_PRECISIONS)}")
+                          f"{', '.join(('auto', *HEAD_PRECISIONS))}")
     return None if raw == "auto" else raw
 
 

@@ -29,6 +29,9 @@ from ..sampling import Sampler
 if TYPE_CHECKING:
     from ..constraints import DraftGuide
 
+#: what a head's layers may run in on the CPU (drafter.json ``extra.inference_precision``, the ``precision=`` option)
+HEAD_PRECISIONS = ("int8", "fp32")
+
 
 @dataclass
 class DraftProposal:

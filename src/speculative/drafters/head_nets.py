@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..storage import dequantize_rows, int8_rows
+from .base import HEAD_PRECISIONS
 
 HEAD_FILE = "head.safetensors"
 CONFIG_FILE = "drafter.json"
@@ -88,7 +89,15 @@ class HeadConfig:
         Raises:
             ValueError: not JSON, not an object, or a field of the wrong type or range (named).
         """
-        d = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, d) -> HeadConfig:
+        """A checked config from a parsed ``drafter.json`` (unknown keys ignored).
+
+        Raises:
+            ValueError: not an object, or a field of the wrong type or range (named).
+        """
         if not isinstance(d, dict):
             raise ValueError(f"a JSON object was expected, found {type(d).__name__}")
         cfg = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
@@ -126,7 +135,7 @@ class HeadConfig:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"'extra.draft_vocab' must be an integer >= 1, got {json.dumps(n)}")
         precision = self.extra.get("inference_precision", "fp32")
-        if precision not in ("int8", "fp32"):
+        if precision not in HEAD_PRECISIONS:
             raise ValueError(f"'extra.inference_precision' must be \"int8\" or \"fp32\", got {json.dumps(precision)}")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, VocabularyMismatchError
-from .base import DraftProposal, DraftState, Drafter
+from .base import HEAD_PRECISIONS, DraftProposal, DraftState, Drafter
 from .calibration import AcceptanceCalibration, ShadowScorer, confidence_bucket, confidence_scorer
 
 
@@ -152,7 +152,7 @@ class _HeadDrafter(Drafter):
         self.head, self.cfg = load_head(self.folder, device)
         if precision is None:  # the head's own recommendation (drafter.json "extra"), fp32 if none
             precision = str(self.cfg.extra.get("inference_precision", "fp32"))
-        if precision not in ("int8", "fp32"):
+        if precision not in HEAD_PRECISIONS:
             raise ConfigError(f"precision must be int8 or fp32, got {precision!r}")
         self.int8 = precision == "int8" and str(device) == "cpu"
         if self.int8:

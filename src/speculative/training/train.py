@@ -188,12 +188,13 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     import torch
 
     from ..backends import load_backend
+    from ..drafters.base import HEAD_PRECISIONS
     from ..drafters.heads import target_embedding_matrices
     from ..drafters.head_nets import TargetWeights, build_head, save_head
 
     if cfg.unroll_context not in ("own", "target"):
         raise ValueError(f"unroll_context must be 'own' or 'target', got {cfg.unroll_context!r}")
-    if cfg.inference_precision not in ("auto", "int8", "fp32"):
+    if cfg.inference_precision not in ("auto", *HEAD_PRECISIONS):
         raise ValueError(f"inference_precision must be 'auto', 'int8' or 'fp32', got {cfg.inference_precision!r}")
     if cfg.method != "eagle" and cfg.inference_precision != "auto":
         raise ValueError(f"inference_precision {cfg.inference_precision!r}: only EAGLE heads choose one ({cfg.method} "
