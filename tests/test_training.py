@@ -87,9 +87,27 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
         assert ip["choice"] == max(rates, key=rates.get) and all(r > 0 for r in rates.values())
     else:
         assert set(ip["heldout"]) == {"fp32"} and ip["choice"] == "fp32"
+    # a run killed during its final evaluation leaves the earlier complete drafter/ as it was (the new head
+    # waits in drafter.pending/ and is published only with its recommendation); resuming evaluates again
+    if method == "eagle" and context == "own":
+        import speculative.training.train as train_mod
+
+        published = {f.name: f.read_bytes() for f in (out / "drafter").iterdir()}
+
+        def killed(*a, **kw):
+            raise KeyboardInterrupt
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train_mod, "evaluate_drafter", killed)
+            with pytest.raises(KeyboardInterrupt):
+                train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
+        assert {f.name: f.read_bytes() for f in (out / "drafter").iterdir()} == published
+        assert (out / "drafter.pending" / "drafter.json").is_file()
     # resume: more epochs continue from the checkpoint; the data is not generated again
     shards = sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz"))
     m2 = train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
+    assert not (out / "drafter.pending").exists() and not (out / "drafter.old").exists()
+    assert "inference_precision" in json.loads((out / "drafter" / "drafter.json").read_text())["extra"]
     assert [h["epoch"] for h in m2["history"]] == [1, 2, 3, 4]
     assert m2["history"][:3] == m["history"]
     assert sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz")) == shards

@@ -270,7 +270,14 @@ class EagleDrafter(_HeadDrafter):
 
     @property
     def description(self) -> str:
-        return f"{self.kind}:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
+        """The drafter as a spec that names what runs: e.g. ``eagle:NAME,precision=int8,vocab=8192,tree=3``
+        (the precision and draft-vocabulary size in use, whether chosen or recommended by the head)."""
+        opts = ["precision=" + ("int8" if self.int8 else "fp32")]
+        if self.cfg.method == "eagle":
+            opts.append(f"vocab={self.vocab_ids.size}")
+        if self.tree:
+            opts.append(f"tree={self.tree}")
+        return f"{self.kind}:{self.folder.name}," + ",".join(opts)
 
     def _logits(self, out):
         """Draft-vocabulary logits of head outputs [..., H] (the target's own LM-head rows)."""

@@ -170,9 +170,9 @@ def create_app(state: ServerState) -> FastAPI:
         body.check_stream_options()
         if target.chat_template is None:
             raise APIError(400, f"{state.model_name} has no chat template; use /v1/completions", param="messages")
-        msgs = [{"role": m.role if m.role != "developer" else "system", "content": m.text(),
+        msgs = [{"role": m.role if m.role != "developer" else "system", "content": m.text(i),
                  **{k: v for k, v in (("name", m.name), ("tool_call_id", m.tool_call_id)) if v is not None}}
-                for m in body.messages]
+                for i, m in enumerate(body.messages)]
         try:
             ids = target.apply_chat_template(msgs)
         except Exception as e:  # template errors (e.g. unsupported role order) are the request's fault

@@ -265,32 +265,34 @@ class ChatMessage(BaseModel):
     audio: Annotated[Any, _refuse(lambda v: not v, "audio is not supported")] = None
     annotations: Annotated[Any, _refuse(lambda v: not v, "message annotations are not supported")] = None
 
-    def text(self) -> str:
-        """The message's text: its string, or its text parts joined.
+    def text(self, index: int) -> str:
+        """The message's text: its string, or its text parts joined. ``index`` is the message's place in
+        ``messages`` (from 0); every error names it.
 
         Raises:
             APIError: 400 for a system, developer or user message without content, an empty list of parts, a part
                 that is not text, a text part without a string ``text`` or with fields of its own.
         """
+        where = f"messages[{index}]"
         if self.content is None:
             if self.role in ("system", "developer", "user"):
-                raise APIError(400, f"a {self.role} message needs content", param="messages")
+                raise APIError(400, f"{where}: a {self.role} message needs content", param="messages")
             return ""
         if isinstance(self.content, str):
             return self.content
         if not self.content:
-            raise APIError(400, "content: an empty list of parts; send a string or at least one text part",
+            raise APIError(400, f"{where}.content: an empty list of parts; send a string or at least one text part",
                            param="messages")
         parts = []
         for i, p in enumerate(self.content):
             if p.get("type") != "text":
-                raise APIError(400, f"content part {i} has type {json.dumps(p.get('type'))}: only text content "
-                               "parts are supported", param="messages")
+                raise APIError(400, f"{where}.content part {i} has type {json.dumps(p.get('type'))}: only text "
+                               "content parts are supported", param="messages")
             if not isinstance(p.get("text"), str):
-                raise APIError(400, f"content part {i}: 'text' must be a string", param="messages")
+                raise APIError(400, f"{where}.content part {i}: 'text' must be a string", param="messages")
             unknown = sorted(set(p) - {"type", "text"})
             if unknown:
-                raise APIError(400, f"content part {i}: unknown field(s) {', '.join(map(repr, unknown))}",
+                raise APIError(400, f"{where}.content part {i}: unknown field(s) {', '.join(map(repr, unknown))}",
                                param="messages")
             parts.append(unicode_text(p["text"], "messages"))
         return "".join(parts)

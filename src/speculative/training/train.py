@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -304,8 +305,12 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
                            opt, sched, f"train {cfg.method}", progress, validate)
     t_train = time.time() - t_train0
 
+    # the head is saved and evaluated in drafter.pending/ and only then published as drafter/: a run killed
+    # during its evaluation leaves no drafter/ without its recommendation (a resumed run evaluates again)
     drafter_dir = out_dir / "drafter"
-    save_head(head.to("cpu"), hcfg, drafter_dir)
+    pending = out_dir / "drafter.pending"
+    shutil.rmtree(pending, ignore_errors=True)
+    save_head(head.to("cpu"), hcfg, pending)
     metrics = {
         "target": target_name,
         "method": cfg.method,
@@ -319,9 +324,21 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         "history": history,
     }
     _, metrics["heldout"], metrics["inference_precision"] = recommend_inference_precision(
-        target, drafter_dir, hcfg, cfg)
+        target, pending, hcfg, cfg)
+    _publish(pending, drafter_dir)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
+
+
+def _publish(pending: Path, folder: Path) -> None:
+    """Replace ``folder`` by the finished ``pending`` folder (a rename; an earlier ``folder`` is moved aside
+    first and then removed, so that a kill in between leaves one complete folder or the other)."""
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    pending.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
