@@ -148,6 +148,11 @@ def test_eagle_head_precision_follows_its_drafter_json_and_int8_runs():
     d32, d8 = EagleDrafter(ROOT / name), EagleDrafter(ROOT / name, precision="int8")
     assert not d32.int8 and not any(isinstance(m, qlinear) for m in d32.head.modules())
     assert d8.int8 and any(isinstance(m, qlinear) for m in d8.head.modules())
+    # the label names what runs: precision and draft-vocabulary size, as drafter options (a valid spec)
+    n = len(_meta(name)["vocab_ids"])
+    assert d32.description == f"eagle:{name},precision=fp32,vocab={n}"
+    assert EagleDrafter(ROOT / name, tree=3, precision="int8", draft_vocab=300).description == \
+        f"eagle:{name},precision=int8,vocab=300,tree=3"
     # int8 layers keep their weights packed outside parameters(): still counted (the bench's size table)
     assert d8.non_embedding_parameters() == d32.non_embedding_parameters() > 1e6
     if "qwen2.5-coder-1.5b-instruct-eagle" in SHIPPED:

@@ -108,6 +108,12 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
     m2 = train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
     assert not (out / "drafter.pending").exists() and not (out / "drafter.old").exists()
     assert "inference_precision" in json.loads((out / "drafter" / "drafter.json").read_text())["extra"]
+    if method == "eagle" and context == "own":
+        assert {f.name: f.read_bytes() for f in (out / "drafter").iterdir()} != published  # the new head published
+        # a kill between _publish's two renames: drafter.old/ complete, no drafter/; the next run puts it back
+        (out / "drafter").rename(out / "drafter.old")
+        train_mod._restore_published(out / "drafter")
+        assert (out / "drafter" / "drafter.json").is_file() and not (out / "drafter.old").exists()
     assert [h["epoch"] for h in m2["history"]] == [1, 2, 3, 4]
     assert m2["history"][:3] == m["history"]
     assert sorted(p.stat().st_mtime for p in (out / "data").glob("*.npz")) == shards

@@ -154,7 +154,8 @@ class _HeadDrafter(Drafter):
             precision = str(self.cfg.extra.get("inference_precision", "fp32"))
         if precision not in HEAD_PRECISIONS:
             raise ConfigError(f"precision must be int8 or fp32, got {precision!r}")
-        self.int8 = precision == "int8" and str(device) == "cpu"
+        # int8 where it runs: on the CPU, with a quantized engine in this PyTorch (else the head stays fp32)
+        self.int8 = precision == "int8" and str(device) == "cpu" and int8_available()
         if self.int8:
             self.head = int8_linears(self.head)
         self._lm_head = None  # int8: the draft vocabulary's LM-head rows as a quantized Linear

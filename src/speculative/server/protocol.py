@@ -294,7 +294,10 @@ class ChatMessage(BaseModel):
             if unknown:
                 raise APIError(400, f"{where}.content part {i}: unknown field(s) {', '.join(map(repr, unknown))}",
                                param="messages")
-            parts.append(unicode_text(p["text"], "messages"))
+            try:
+                parts.append(unicode_text(p["text"], "messages"))
+            except APIError as e:
+                raise APIError(400, f"{where}.content part {i}: {e.message}", param="messages") from None
         return "".join(parts)
 
 

@@ -189,6 +189,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     import torch
 
     from ..backends import load_backend
+    from ..cache import atomic_path
     from ..drafters.base import HEAD_PRECISIONS
     from ..drafters.heads import target_embedding_matrices
     from ..drafters.head_nets import TargetWeights, build_head, save_head
@@ -202,6 +203,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
                          "heads run fp32)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    _restore_published(out_dir / "drafter")  # an earlier run killed while publishing its head
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -325,20 +327,30 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     }
     _, metrics["heldout"], metrics["inference_precision"] = recommend_inference_precision(
         target, pending, hcfg, cfg)
+    with atomic_path(out_dir / "metrics.json") as tmp:
+        tmp.write_text(json.dumps(metrics, indent=1))
     _publish(pending, drafter_dir)
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
 
 
 def _publish(pending: Path, folder: Path) -> None:
-    """Replace ``folder`` by the finished ``pending`` folder (a rename; an earlier ``folder`` is moved aside
-    first and then removed, so that a kill in between leaves one complete folder or the other)."""
+    """Replace ``folder`` by the finished ``pending`` folder: an earlier ``folder`` is renamed to
+    ``folder.old``, ``pending`` to ``folder``, and ``folder.old`` removed. A kill between the two renames
+    leaves ``folder.old`` complete, and :func:`_restore_published` puts it back at the next run's start."""
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
         folder.rename(old)
     pending.rename(folder)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore_published(folder: Path) -> None:
+    """Undo a :func:`_publish` killed between its renames: ``folder.old`` back to ``folder`` where
+    ``folder`` is missing."""
+    old = folder.with_name(folder.name + ".old")
+    if old.is_dir() and not folder.exists():
+        old.rename(folder)
 
 
 def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
