@@ -60,6 +60,10 @@ def test_smoke_run_schema_and_markdown(tmp_path, capsys):
     ours = next(m for m in res["methods"] if m["method"] == "model:smollm2-135m-instruct,ctx=512")
     assert ours["greedy_match_fraction"] == 1.0 and "predicted" in ours and ours["acceptance_rate"] == 1.0
     assert ours["drafter_size_fraction"] == 1.0 and ours["drafter_parameters"] > 90e6  # the target drafting for itself
+    # what ran, as the drafter names itself (a head's precision and draft vocabulary; here the kinds)
+    by_label = {m["method"]: m for m in res["methods"]}
+    assert by_label["ngram"]["drafter"].startswith("ngram") and ours["drafter"] == "model:smollm2-135m-instruct"
+    assert "drafter" not in by_label["baseline"] and "drafter" not in by_label["llama-cpp-python lookup (our build)"]
     md = (out / "results.md").read_text()
     assert "| method | MT-Bench | QA | #MAT | overall (95% CI) |" in md
     assert "| ngram |" in md and "## Per method" in md and "## Acceptance by draft position" in md

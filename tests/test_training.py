@@ -340,7 +340,10 @@ def test_unrolled_training_steps_see_what_drafting_sees(window):
                 out = head.step(feats[0, : first + 1], embeds[0, : first + 1], cache)[-1]
                 for p in range(first + 1, j + 1):  # the chain: each input is the previous step's output
                     out = head.step(out[None], embeds[0, p : p + 1], cache)[0]
-                assert torch.allclose(outs[s - 1][0, j], out, atol=1e-4), (s, j)
+                # equal up to float32 rounding, relative to the vector's scale (outputs reach a few hundred here, and
+                # the batched and single-row paths round differently on different CPUs); a wrong context is off by O(1)
+                err = (outs[s - 1][0, j] - out).abs().max().item()
+                assert err <= 1e-5 * out.abs().max().item(), (s, j, err)
                 checked += 1
         # and the context really matters: the older unrolling (every position fed its own prediction) differs
         own = head(torch.cat([feats[:, :1], outs[0][:, :-1]], dim=1), embeds)

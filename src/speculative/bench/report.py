@@ -179,6 +179,7 @@ def aggregate(runner, done: dict) -> dict:
         entry.update(peer_draft_counts(rows))
         gen = getattr(m, "gen", None)
         if m.kind == "ours" and gen is not None:
+            entry["drafter"] = gen.drafter.description  # what ran: e.g. a head's precision and draft vocabulary
             n = gen.drafter.non_embedding_parameters()
             if n is not None:
                 entry["drafter_parameters"] = n
