@@ -104,12 +104,13 @@ def _refuse(allowed, why: str):
     return AfterValidator(check)
 
 
-def unicode_text(s: str, param: str) -> str:
-    """``s``, or an APIError (400) when it has a lone surrogate."""
+def unicode_text(s: str, param: str, where: str | None = None) -> str:
+    """``s``, or an APIError (400) when it has a lone surrogate; its message starts with ``where`` (the place in
+    the request, e.g. ``messages[1].content part 0``), else with ``param``."""
     try:
         return _unicode(s)
     except PydanticCustomError as e:
-        raise APIError(400, f"{param}: {e.message()}", param=param) from None
+        raise APIError(400, f"{where or param}: {e.message()}", param=param) from None
 
 
 #: strict JSON types: an integer field takes only integers, a boolean only true/false
@@ -294,10 +295,7 @@ class ChatMessage(BaseModel):
             if unknown:
                 raise APIError(400, f"{where}.content part {i}: unknown field(s) {', '.join(map(repr, unknown))}",
                                param="messages")
-            try:
-                parts.append(unicode_text(p["text"], "messages"))
-            except APIError as e:
-                raise APIError(400, f"{where}.content part {i}: {e.message}", param="messages") from None
+            parts.append(unicode_text(p["text"], "messages", f"{where}.content part {i}"))
         return "".join(parts)
 
 
