@@ -189,6 +189,11 @@ MUTATIONS = {
     "q4_K half-product scale (VNNI)": ("bimm.c", "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc), d1[t], sc);",
                                        "isum[t] = VDPWSSD(VDPWSSD(isum[t], d0[t], sc), d1[t], VADD(sc, VSET1(1)));",
                                        "VNNI"),
+    # with VNNI, tiles of 3 tokens or more: a Q4_K sub-block's first 16-weight product in both words of the pair
+    # (the second one dropped)
+    "q4_K packed halves (VNNI)": ("bimm.c", "VPACK16(d0[t], d1[t])", "VPACK16(d0[t], d0[t])", "VNNI"),
+    # the same for a Q6_K sub-block's two 8-weight halves
+    "q6_K packed halves (VNNI)": ("bimm.c", "VPACK16(dot[0], dot[1])", "VPACK16(dot[0], dot[0])", "VNNI"),
     # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
     "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc, VSLL32(sc, 16));", "const vi sc2 = sc;", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
