@@ -182,6 +182,12 @@ def test_drafter_tools_bad_input(capsys, tmp_path):
                                                      "--inference-precision", "int8")
     assert "the option is for EAGLE heads" in err_of("train-drafter", "--method", "draft-model", "-o",
                                                      str(tmp_path / "o9"), "--inference-precision", "fp32")
+    assert "the setting is for EAGLE heads" in err_of("train-drafter", "--method", "medusa", "-o", str(tmp_path / "o9"),
+                                                      "--inference-vocab", "all")
+    for bad_vocab in ("half", "0", "-5", "9000"):  # more than the trained --draft-vocab (8192 by default)
+        assert f"--inference-vocab must be 'auto', 'all' or a number of tokens from 1 to the trained draft vocabulary " \
+               f"(8192), got '{bad_vocab}'" in err_of("train-drafter", "--method", "eagle", "-o", str(tmp_path / "o9"),
+                                                     f"--inference-vocab={bad_vocab}")
     assert "only EAGLE heads unroll" in err_of("train-drafter", "--method", "medusa", "-o", str(tmp_path / "o9"),
                                                "--unroll-context", "target")
     assert not (tmp_path / "o9").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,18 +79,32 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
     assert all(1.0 <= v["mean_accepted_tokens"] <= 5.0 for v in by.values())
     # the recommended inference precision: an EAGLE head measured in fp32 and int8, the faster recorded in its
     # drafter.json (and the held-out figures are the chosen precision's); Medusa heads run fp32
-    ip = m["inference_precision"]
-    recommended = json.loads((out / "drafter" / "drafter.json").read_text())["extra"]["inference_precision"]
-    assert recommended == ip["choice"] and h["mean_accepted_tokens"] == ip["heldout"][ip["choice"]]["mean_accepted_tokens"]
+    ip, iv = m["inference_precision"], m["inference_vocab"]
+    extra = json.loads((out / "drafter" / "drafter.json").read_text())["extra"]
+    assert extra["inference_precision"] == ip["choice"]
     if method == "eagle":
         assert set(ip["heldout"]) == {"fp32", "int8"} and ip["how"].startswith("measured")
         rates = {p: ip[f"{p}_tokens_per_s"] for p in ("fp32", "int8")}
         assert ip["choice"] == max(rates, key=rates.get) and all(r > 0 for r in rates.values())
+        # the draft vocabulary: the whole trained one (its first evaluation is the chosen precision's) and half of
+        # --draft-vocab (a quarter is under 1024), the fastest that loses no accepted draft recorded; the held-out
+        # figures are those of the recommendation
+        whole = iv["whole"]
+        assert whole >= 2048 and set(iv["heldout"]) == {str(whole), "1024"} and iv["how"].startswith("measured")
+        assert iv["heldout"][str(whole)] == ip["heldout"][ip["choice"]]
+        assert extra["draft_vocab"] == iv["choice"] in (whole, 1024)
+        tau = {int(n): e["mean_accepted_tokens"] for n, e in iv["heldout"].items()}
+        assert tau[iv["choice"]] >= tau[whole] and h["mean_accepted_tokens"] == tau[iv["choice"]]
+        if tau[1024] >= tau[whole]:
+            assert iv["choice"] == max((whole, 1024), key=lambda n: iv[f"{n}_tokens_per_s"])
     else:
         assert set(ip["heldout"]) == {"fp32"} and ip["choice"] == "fp32"
+        assert iv is None and "draft_vocab" not in extra
+        assert h["mean_accepted_tokens"] == ip["heldout"]["fp32"]["mean_accepted_tokens"]
     # a run killed during its final evaluation leaves the earlier complete drafter/ as it was (the new head
     # waits in drafter.pending/ and is published only with its recommendation); resuming evaluates again
     if method == "eagle" and context == "own":
+        import speculative.training.recommend as recommend_mod
         import speculative.training.train as train_mod
 
         published = {f.name: f.read_bytes() for f in (out / "drafter").iterdir()}
@@ -98,7 +113,7 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
             raise KeyboardInterrupt
 
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(train_mod, "evaluate_drafter", killed)
+            mp.setattr(recommend_mod, "evaluate_drafter", killed)
             with pytest.raises(KeyboardInterrupt):
                 train_drafter(TARGET, out, TrainConfig(**{**cfg.__dict__, "epochs": 4}), progress=False)
         assert {f.name: f.read_bytes() for f in (out / "drafter").iterdir()} == published
@@ -298,6 +313,43 @@ def test_inference_precision_is_the_higher_estimated_decoding_rate():
         pick_inference_precision({})
 
 
+def test_draft_vocab_is_the_fastest_that_loses_no_accepted_draft():
+    """pick_draft_vocab: among the sizes whose tau is the whole vocabulary's or more, the highest estimated rate
+    (the precision's estimate, v pooled); the larger size on a tie."""
+    from speculative.training.train import pick_draft_vocab
+
+    def ev(steps, tau, verify_s, draft_s, new=200):
+        return {"new_tokens": new, "steps": steps, "verify_time_s": verify_s, "draft_time_s": draft_s,
+                "mean_accepted_tokens": tau}
+
+    # the half drafts faster with the same tau: chosen; the quarter, faster still, loses accepted drafts: not
+    choice, info = pick_draft_vocab({16384: ev(100, 2.0, 5.0, 2.0), 8192: ev(100, 2.0, 5.0, 1.5),
+                                     4096: ev(102, 1.98, 5.1, 1.0)})
+    assert choice == 8192 and info["4096_tokens_per_s"] > info["8192_tokens_per_s"] > info["16384_tokens_per_s"]
+    assert info["verify_ms_per_step"] == pytest.approx(1e3 * 15.1 / 302)
+    # a smaller size that drafts no faster is not chosen (the whole one wins the tie); one with a higher tau may be
+    assert pick_draft_vocab({4096: ev(100, 2.0, 5.0, 1.0), 2048: ev(100, 2.0, 5.0, 1.0)})[0] == 4096
+    assert pick_draft_vocab({4096: ev(100, 2.0, 5.0, 1.0), 2048: ev(99, 2.02, 4.95, 1.0)})[0] == 2048
+    # the whole vocabulary is always eligible, however slow
+    assert pick_draft_vocab({4096: ev(100, 2.0, 5.0, 9.0), 2048: ev(100, 1.9, 5.0, 0.1)})[0] == 4096
+    with pytest.raises(ValueError, match="no evaluations"):
+        pick_draft_vocab({})
+
+
+def test_draft_vocab_rule_on_the_shipped_heads_measurements_gives_its_recommendation():
+    """The rule applied to the committed size sweep of the shipped Qwen head (docs/bench/qwen-head-vocab-xeon: 16,384,
+    8,192 and 4,096 tokens on the development prompts) recommends what the head's drafter.json says: 8,192 (4,096
+    drafts faster but loses accepted drafts)."""
+    from speculative.drafters import trained_drafter_dir
+    from speculative.training.train import pick_draft_vocab
+
+    sweep = json.loads((Path(__file__).resolve().parents[1] / "docs/bench/qwen-head-vocab-xeon/vocab.json").read_text())["sizes"]
+    choice, info = pick_draft_vocab({int(n): e for n, e in sweep.items()})
+    shipped = json.loads((trained_drafter_dir("qwen2.5-coder-1.5b-instruct-eagle") / "drafter.json").read_text())
+    assert choice == shipped["extra"]["draft_vocab"] == 8192
+    assert info["4096_tokens_per_s"] > info["8192_tokens_per_s"]
+
+
 def test_training_precision_is_resolved_and_checked(tmp_path):
     from speculative.training.train import training_dtype
 
@@ -309,6 +361,10 @@ def test_training_precision_is_resolved_and_checked(tmp_path):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(unroll_context="chain"), progress=False)
     with pytest.raises(ValueError, match="inference_precision must be 'auto', 'int8' or 'fp32'"):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_precision="fp16"), progress=False)
+    with pytest.raises(ValueError, match="inference_vocab must be 'auto', 'all' or a number of tokens from 1 to"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_vocab="9000"), progress=False)
+    with pytest.raises(ValueError, match="inference_vocab '512': the setting is for EAGLE heads"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(method="medusa", inference_vocab="512"), progress=False)
     with pytest.raises(ValueError, match="only EAGLE heads choose one"):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(method="medusa", inference_precision="int8"),
                       progress=False)

@@ -81,6 +81,12 @@ def cmd_train_drafter(args) -> int:
         raise SpeculativeError(f"--inference-precision {args.inference_precision}: {args.method} drafters run "
                                f"{'fp32' if args.method == 'medusa' else 'as GGUF models in llama.cpp'}; "
                                "the option is for EAGLE heads")
+    from ..training.recommend import check_inference_vocab
+
+    try:
+        check_inference_vocab(args.inference_vocab, args.method, args.draft_vocab, name="--inference-vocab")
+    except ValueError as e:
+        raise SpeculativeError(str(e)) from None
     if args.method != "eagle" and args.unroll_context != "own":
         raise SpeculativeError(f"--unroll-context {args.unroll_context}: only EAGLE heads unroll their drafting steps")
     if args.lr is not None and not 0 < args.lr < 1:
@@ -116,7 +122,8 @@ def cmd_train_drafter(args) -> int:
         **({"lr": args.lr} if args.lr is not None else {}), eval_prompts=args.eval_prompts,
         data_from=args.data_from, extra_data=list(args.extra_data or []), seed=args.seed, target=args.target,
         device=args.device, data_backend=args.data_backend, precision=args.precision, train_tokens=args.train_tokens,
-        inference_precision=args.inference_precision, unroll_context=args.unroll_context,
+        inference_precision=args.inference_precision, inference_vocab=args.inference_vocab,
+        unroll_context=args.unroll_context,
         data=DataConfig(prompts_a=args.prompts, prompts_b=args.prompts // 2, max_new_tokens=args.max_new_tokens,
                         seed=args.seed, prompt_set=args.prompt_set, parallel=args.parallel,
                         text_tokens=args.text_tokens),
@@ -142,8 +149,9 @@ def cmd_train_drafter(args) -> int:
         old.setdefault("unroll_context", "own")
         old.get("data", {}).setdefault("text_tokens", 0)
         for cfg_dict in (old, new):  # where it runs, how many prompts at once and the recommended inference
-            cfg_dict.pop("device", None)  # precision (decided after training) do not change the run
+            cfg_dict.pop("device", None)  # precision and vocabulary (decided after training) do not change the run
             cfg_dict.pop("inference_precision", None)
+            cfg_dict.pop("inference_vocab", None)
             cfg_dict.get("data", {}).pop("parallel", None)
         if old != new:
             raise SpeculativeError(f"{out} holds a training run with other settings; pass --fresh or another --output")
@@ -164,6 +172,11 @@ def cmd_train_drafter(args) -> int:
         tried = ", ".join(f"{p}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
                           for p, e in ip["heldout"].items())
         print(f"inference precision {ip['choice']} ({ip['how']}; {tried})")
+    iv = m.get("inference_vocab")
+    if iv:
+        tried = ", ".join(f"{n}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
+                          for n, e in iv["heldout"].items())
+        print(f"draft vocabulary {iv['choice']} of {iv['whole']} ({iv['how']}; {tried})")
     spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
     target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
     print(f"use it with: --drafter {spec}:{target_file}")

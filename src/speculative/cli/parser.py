@@ -203,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what an EAGLE head's drafter.json recommends for drafting on the CPU: auto (the default) "
                     "evaluates the head in fp32 and int8 on the development prompts and records the faster; "
                     "int8 or fp32 records that")
+    tr.add_argument("--inference-vocab", default="auto", metavar="auto|all|N",
+                    help="how many of an EAGLE head's draft-vocabulary tokens (most frequent first) its drafter.json "
+                    "recommends using: auto (the default) evaluates the trained size and its halvings (down to 1024) "
+                    "at the chosen precision and records the fastest that loses no accepted draft on the development "
+                    "prompts; all, or a number, records that")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

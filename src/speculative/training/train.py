@@ -7,7 +7,10 @@ Pipeline (each stage resumes where it stopped):
   3. training, with a checkpoint after every epoch (model, optimizer, epoch);
   4. export of the drafter folder (``drafter.json`` + ``head.safetensors``);
   5. a held-out acceptance estimate on the development prompts
-     (``src/speculative/data/devset.jsonl``): greedy, k = 4, mean accepted tokens per step.
+     (``src/speculative/data/devset.jsonl``): greedy, k = 4, mean accepted tokens per step, which
+     also chooses what the head's ``drafter.json`` recommends for inference: its precision
+     (:func:`pick_inference_precision`) and how much of its draft vocabulary to use
+     (:func:`pick_draft_vocab`).
 
 EAGLE loss (Li et al. 2024, section 4.2): cross-entropy of the target's next
 token through the frozen LM-head rows, plus a Smooth-L1 regression of the next
@@ -22,50 +25,23 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .checkpoint import EpochCheckpoint, cosine_schedule, train_epochs
-from .data import DataConfig, draft_vocabulary, generate_data, load_training_examples
-
-if TYPE_CHECKING:  # torch-free at import
-    from ..drafters.head_nets import HeadConfig
-
-
-@dataclass
-class TrainConfig:
-    method: str = "eagle"
-    epochs: int = 6
-    lr: float | None = None  # peak learning rate; None: 2e-3 for heads, 5e-4 for draft models
-    batch_size: int = 16
-    draft_vocab: int = 8192
-    reg_weight: float = 0.5
-    noise: float = 0.1
-    unroll: bool = True
-    # what the unrolled steps attend to: "own" (every position's input is the head's own prediction, the
-    # shipped heads' recipe) or "target" (EAGLE-3's training-time test: the target-fed context plus the
-    # chain of the head's own earlier steps, as the drafting cache holds them; EagleHead.forward_unrolled)
-    unroll_context: str = "own"
-    medusa_heads: int = 3
-    seed: int = 0
-    threads: int | None = None
-    eval_prompts: int | None = None  # development prompts for the held-out estimate (None: all)
-    data_from: str | None = None  # reuse the data folder of another run (same target)
-    target: str = ""  # the target as given on the command line (recorded so a resume checks it)
-    extra_data: list[str] = field(default_factory=list)  # more run folders whose data/ to add
-    dropout: float = 0.1
-    weight_decay: float = 0.05
-    device: str | None = None  # torch device of training (None: cpu)
-    data_backend: str = "llama.cpp"  # backend that generates the data ("llama.cpp" or "transformers")
-    train_tokens: int | None = None  # train on a seeded subset of about this many tokens (a learning-curve point)
-    precision: str = "auto"  # "fp32", "bf16" (autocast) or "auto": bf16 where the hardware has it (AVX512-BF16, AMX, CUDA)
-    # the precision the head's drafter.json recommends for inference ("int8", "fp32", or "auto": measured, see
-    # pick_inference_precision); EAGLE heads only (Medusa heads run fp32)
-    inference_precision: str = "auto"
-    data: DataConfig = field(default_factory=DataConfig)
+from .config import TrainConfig  # noqa: F401  (also this module's API)
+from .data import draft_vocabulary, generate_data, load_training_examples
+from .recommend import (  # noqa: F401  (evaluate_drafter and the pickers are also this module's API)
+    MIN_AUTO_DRAFT_VOCAB,
+    check_inference_vocab,
+    evaluate_drafter,
+    pick_draft_vocab,
+    pick_inference_precision,
+    recommend_draft_vocab,
+    recommend_inference_precision,
+)
 
 
 def training_dtype(precision: str, device) -> str:
@@ -201,6 +177,7 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
     if cfg.method != "eagle" and cfg.inference_precision != "auto":
         raise ValueError(f"inference_precision {cfg.inference_precision!r}: only EAGLE heads choose one ({cfg.method} "
                          "heads run fp32)")
+    check_inference_vocab(cfg.inference_vocab, cfg.method, cfg.draft_vocab)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _restore_published(out_dir / "drafter")  # an earlier run killed while publishing its head
@@ -325,8 +302,9 @@ def train_drafter(target: str, out_dir: Path, cfg: TrainConfig, progress: bool =
         "precision": dtype,
         "history": history,
     }
-    _, metrics["heldout"], metrics["inference_precision"] = recommend_inference_precision(
-        target, pending, hcfg, cfg)
+    precision, heldout, metrics["inference_precision"] = recommend_inference_precision(target, pending, hcfg, cfg)
+    metrics["heldout"], metrics["inference_vocab"] = recommend_draft_vocab(target, pending, hcfg, cfg, precision,
+                                                                           heldout)
     with atomic_path(out_dir / "metrics.json") as tmp:
         tmp.write_text(json.dumps(metrics, indent=1))
     _publish(pending, drafter_dir)
@@ -351,75 +329,6 @@ def _restore_published(folder: Path) -> None:
     old = folder.with_name(folder.name + ".old")
     if old.is_dir() and not folder.exists():
         old.rename(folder)
-
-
-def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
-    """Choose between held-out evaluations of one head at several precisions (same prompts, same k, fixed
-    policy): the one with the highest estimated decoding rate new_tokens / (steps * v + draft_time_s).
-
-    v is the target's verification time per step pooled over all the runs: the target does the same work in
-    each, so pooling keeps the machine's noise in v out of the comparison, and what differs is what the
-    precision changes, the drafting time and the accepted tokens (int8 quantizes the activations per call,
-    which can change the head's top-1; on heads with large activation outliers it often does). Ties go to the
-    first entry of ``evals``.
-
-    Args:
-        evals: precision -> :func:`evaluate_drafter`'s result (``new_tokens``, ``steps``,
-            ``verify_time_s``, ``draft_time_s``).
-    Returns:
-        (the chosen precision, {precision: estimated tokens/s, ..., "verify_ms_per_step": v in ms}).
-    Raises:
-        ValueError: ``evals`` is empty.
-    """
-    if not evals:
-        raise ValueError("no evaluations to choose from")
-    steps = sum(e["steps"] for e in evals.values())
-    v = sum(e["verify_time_s"] for e in evals.values()) / max(1, steps)
-    rate = {p: e["new_tokens"] / max(1e-9, e["steps"] * v + e["draft_time_s"]) for p, e in evals.items()}
-    choice = max(rate, key=rate.get)  # max keeps the first of equal rates
-    return choice, {**{f"{p}_tokens_per_s": r for p, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
-
-
-def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig
-                                  ) -> tuple[str, dict, dict]:
-    """Evaluate a freshly saved head and write its recommended inference precision into its drafter.json
-    (``extra.inference_precision``, which the drafter follows unless its spec says ``precision=``).
-
-    With ``cfg.inference_precision`` "auto" an EAGLE head is evaluated in int8 and then in fp32 (so that the
-    process's first-run costs fall on int8, and a doubt on fp32) and the faster by
-    :func:`pick_inference_precision` is recommended (fp32, the first on a tie; fp32 alone where PyTorch has no
-    x86 quantized engine); a given precision is recorded as given. Medusa heads are recorded fp32 (their
-    LM-head products stay fp32). ``hcfg.extra`` is updated in place and drafter.json rewritten atomically.
-
-    Returns:
-        (the recommended precision, its held-out evaluation, a record of the choice for metrics.json).
-    Raises:
-        ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
-    """
-    from ..cache import atomic_path
-    from ..drafters.head_nets import CONFIG_FILE
-    from ..drafters.heads import int8_available
-
-    wanted = cfg.inference_precision
-    if cfg.method != "eagle":
-        candidates, how = ["fp32"], "Medusa heads run fp32"
-    elif wanted != "auto":
-        candidates, how = [wanted], "as given by --inference-precision"
-    elif not int8_available():
-        candidates, how = ["fp32"], "fp32: this PyTorch has no quantized CPU engine"
-    else:
-        candidates, how = ["fp32", "int8"], "measured: the higher estimated decoding rate on the development prompts"
-    done = {p: evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
-                                precision=p if cfg.method == "eagle" else None) for p in reversed(candidates)}
-    evals = {p: done[p] for p in candidates}  # fp32 first: it wins a tie
-    choice, rates = pick_inference_precision(evals)
-    hcfg.extra = {**hcfg.extra, "inference_precision": choice}
-    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
-        tmp.write_text(hcfg.to_json())
-    record = {"choice": choice, "how": how, **rates,
-              "heldout": {p: {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate", "draft_ms_per_token",
-                                                        "verify_ms_per_step")} for p, e in evals.items()}}
-    return choice, evals[choice], record
 
 
 def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_layers: int = 2,
@@ -453,44 +362,3 @@ def train_draft_model_pipeline(target: str, out_dir: Path, cfg: TrainConfig, n_l
     metrics["heldout"] = evaluate_drafter(target, export, "model", n_prompts=cfg.eval_prompts)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return metrics
-
-
-def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
-                     tree: int = 0, n_prompts: int | None = None, precision: str | None = None) -> dict:
-    """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts, overall and
-    per category (``by_category``: tau and acceptance by position of each category's prompts), with the time
-    spent drafting and verifying. ``precision`` (int8 or fp32; heads only) overrides the head's recommended one."""
-    from ..bench.datasets import load_questions
-    from ..engine import SpeculativeGenerator
-    from ..stats import GenerationStats
-
-    spec = f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "") + (f",precision={precision}" if precision else "")
-    gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
-    try:
-        total, per_cat, count = GenerationStats(), {}, {}
-        for q in load_questions("dev")[:n_prompts]:
-            r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
-            total.merge(r.stats)
-            per_cat.setdefault(q.category, GenerationStats()).merge(r.stats)
-            count[q.category] = count.get(q.category, 0) + 1
-        draft_steps = sum(total.accept_counts)
-        by_category = {c: {"prompts": count[c], "new_tokens": st.new_tokens, "steps": st.steps,
-                           "mean_accepted_tokens": st.mean_accepted_tokens,
-                           "per_position_acceptance": st.per_position_acceptance} for c, st in sorted(per_cat.items())}
-        return {
-            "prompts": "dev",
-            "k": k,
-            "new_tokens": total.new_tokens,
-            "steps": total.steps,
-            "mean_accepted_tokens": total.mean_accepted_tokens,
-            "mean_accepted_tokens_per_draft_step": (total.accepted_tokens + draft_steps) / max(1, draft_steps),
-            "acceptance_rate": total.acceptance_rate,
-            "per_position_acceptance": total.per_position_acceptance,
-            "draft_ms_per_token": 1e3 * total.draft_time_s / max(1, total.draft_tokens),
-            "verify_ms_per_step": 1e3 * total.verify_time_s / max(1, total.steps),
-            "draft_time_s": total.draft_time_s,
-            "verify_time_s": total.verify_time_s,
-            "by_category": by_category,
-        }
-    finally:
-        gen.close()

@@ -1,0 +1,232 @@
+"""Held-out evaluation of a trained drafter, and what its ``drafter.json`` recommends for inference.
+
+After training (:mod:`speculative.training.train`), the head is evaluated on the development prompts
+(``src/speculative/data/devset.jsonl``: greedy, k draft tokens, fixed policy) and two settings are chosen by
+an estimated decoding rate, new tokens over (steps x the verification time per step pooled over the
+evaluations + the drafting time): the precision it drafts in (:func:`pick_inference_precision`) and how
+much of its draft vocabulary it uses (:func:`pick_draft_vocab`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch-free at import; no import circle with train.py
+    from ..drafters.head_nets import HeadConfig
+    from .config import TrainConfig
+
+#: the smallest draft vocabulary that ``inference_vocab="auto"`` tries (it halves the trained one down to this)
+MIN_AUTO_DRAFT_VOCAB = 1024
+
+
+def check_inference_vocab(value: str, method: str, draft_vocab: int, name: str = "inference_vocab") -> int | None:
+    """Validate an ``inference_vocab`` setting (called ``name`` in the messages); returns the given size, or None
+    for "auto" and "all".
+
+    Raises:
+        ValueError: not "auto", "all" or a whole number from 1 to ``draft_vocab``; or a setting other than
+            "auto" for a head that is not an EAGLE head (those carry no truncatable draft vocabulary).
+    """
+    if value in ("auto", "all"):
+        n = None
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and 1 <= int(value) <= draft_vocab:
+        n = int(value)
+    else:
+        raise ValueError(f"{name} must be 'auto', 'all' or a number of tokens from 1 to the trained draft "
+                         f"vocabulary ({draft_vocab}), got {value!r}")
+    if method != "eagle" and value != "auto":
+        raise ValueError(f"{name} {value!r}: the setting is for EAGLE heads ({method} drafters always use all of "
+                         "their vocabulary)")
+    return n
+
+
+def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
+    """Choose between held-out evaluations of one head at several precisions (same prompts, same k, fixed
+    policy): the one with the highest estimated decoding rate new_tokens / (steps * v + draft_time_s).
+
+    v is the target's verification time per step pooled over all the runs: the target does the same work in
+    each, so pooling keeps the machine's noise in v out of the comparison, and what differs is what the
+    precision changes, the drafting time and the accepted tokens (int8 quantizes the activations per call,
+    which can change the head's top-1; on heads with large activation outliers it often does). Ties go to the
+    first entry of ``evals``.
+
+    Args:
+        evals: precision -> :func:`evaluate_drafter`'s result (``new_tokens``, ``steps``,
+            ``verify_time_s``, ``draft_time_s``).
+    Returns:
+        (the chosen precision, {precision: estimated tokens/s, ..., "verify_ms_per_step": v in ms}).
+    Raises:
+        ValueError: ``evals`` is empty.
+    """
+    rate, v = _estimated_rates(evals)
+    choice = max(rate, key=rate.get)  # max keeps the first of equal rates
+    return choice, {**{f"{p}_tokens_per_s": r for p, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+
+
+def _estimated_rates(evals: dict) -> tuple[dict, float]:
+    """{key: new_tokens / (steps * v + draft_time_s)} and v, the verification time per step (s) pooled over
+    ``evals`` (see :func:`pick_inference_precision`). Raises ValueError when ``evals`` is empty."""
+    if not evals:
+        raise ValueError("no evaluations to choose from")
+    steps = sum(e["steps"] for e in evals.values())
+    v = sum(e["verify_time_s"] for e in evals.values()) / max(1, steps)
+    return {key: e["new_tokens"] / max(1e-9, e["steps"] * v + e["draft_time_s"]) for key, e in evals.items()}, v
+
+
+def pick_draft_vocab(evals: dict[int, dict]) -> tuple[int, dict[str, float]]:
+    """Choose how much of a head's draft vocabulary to use, from held-out evaluations of the head truncated to
+    several sizes (its ``vocab_ids`` list the tokens most frequent first; same prompts, precision, k and fixed
+    policy; the first entry is the whole trained vocabulary): among the sizes whose τ is at least the whole
+    vocabulary's, the one with the highest estimated decoding rate (:func:`pick_inference_precision`'s estimate,
+    v pooled over ``evals``); ties go to the earlier (larger) size.
+
+    A smaller draft vocabulary costs nothing in losslessness (tokens outside it are never proposed) and reads
+    fewer LM-head rows per draft token (FR-Spec, Zhao et al. 2025, section 3), but the tokens it drops are the
+    rare ones, identifiers in code above all. The development prompts are few, so a size that loses any accepted
+    draft on them is not chosen, however much faster it drafts.
+
+    Args:
+        evals: draft-vocabulary size -> :func:`evaluate_drafter`'s result, the whole vocabulary first.
+    Returns:
+        (the chosen size, {"<size>_tokens_per_s": estimated tokens/s, ..., "verify_ms_per_step": v in ms}).
+    Raises:
+        ValueError: ``evals`` is empty.
+    """
+    rate, v = _estimated_rates(evals)
+    tau_all = next(iter(evals.values()))["mean_accepted_tokens"]
+    eligible = {n: r for n, r in rate.items() if evals[n]["mean_accepted_tokens"] >= tau_all}
+    choice = max(eligible, key=eligible.get)  # max keeps the first of equal rates
+    return choice, {**{f"{n}_tokens_per_s": r for n, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+
+
+def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig, precision: str,
+                          heldout: dict) -> tuple[dict, dict | None]:
+    """Choose the draft vocabulary an EAGLE head's drafter.json recommends (``extra.draft_vocab``, which the
+    drafter follows unless its spec says ``vocab=``) and rewrite drafter.json atomically.
+
+    With ``cfg.inference_vocab`` "auto" the head is evaluated at ``precision`` with its trained vocabulary
+    (``cfg.draft_vocab``) halved once and twice (sizes of at least :data:`MIN_AUTO_DRAFT_VOCAB`), and :func:`pick_draft_vocab` chooses among
+    those and ``heldout`` (the evaluation with the whole vocabulary); a given size is recorded as given; "all"
+    records the whole vocabulary. Medusa heads record nothing.
+
+    Returns:
+        (the held-out evaluation of the recommended settings, a record of the choice for metrics.json, or None
+        for Medusa heads).
+    Raises:
+        ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
+    """
+    from ..cache import atomic_path
+    from ..drafters.head_nets import CONFIG_FILE
+
+    if cfg.method != "eagle":
+        return heldout, None
+    whole = len(hcfg.vocab_ids)
+    given = check_inference_vocab(cfg.inference_vocab, cfg.method, cfg.draft_vocab)
+    evals = {whole: heldout}
+    if cfg.inference_vocab == "auto":
+        trained = min(cfg.draft_vocab, whole)  # --draft-vocab's round number (whole adds end-of-generation ids)
+        sizes = [n for n in (trained // 2, trained // 4) if n >= MIN_AUTO_DRAFT_VOCAB]
+        how = ("measured: the highest estimated decoding rate on the development prompts among the sizes whose "
+               "tau is the whole vocabulary's or more")
+        for n in sizes:
+            evals[n] = evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
+                                        precision=precision, vocab=n)
+        choice, rates = pick_draft_vocab(evals)
+    else:
+        choice, rates = min(given or whole, whole), {}
+        how = "as given by --inference-vocab"
+    hcfg.extra = {**hcfg.extra, "draft_vocab": choice}
+    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
+        tmp.write_text(hcfg.to_json())
+    record = {"choice": choice, "whole": whole, "how": how, **rates,
+              "heldout": {str(n): {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate",
+                                                            "draft_ms_per_token", "verify_ms_per_step")}
+                          for n, e in evals.items()}}
+    return evals.get(choice, heldout), record
+
+
+def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig
+                                  ) -> tuple[str, dict, dict]:
+    """Evaluate a freshly saved head and write its recommended inference precision into its drafter.json
+    (``extra.inference_precision``, which the drafter follows unless its spec says ``precision=``).
+
+    With ``cfg.inference_precision`` "auto" an EAGLE head is evaluated in int8 and then in fp32 (so that the
+    process's first-run costs fall on int8, and a doubt on fp32) and the faster by
+    :func:`pick_inference_precision` is recommended (fp32, the first on a tie; fp32 alone where PyTorch has no
+    x86 quantized engine); a given precision is recorded as given. Medusa heads are recorded fp32 (their
+    LM-head products stay fp32). ``hcfg.extra`` is updated in place and drafter.json rewritten atomically.
+
+    Returns:
+        (the recommended precision, its held-out evaluation, a record of the choice for metrics.json).
+    Raises:
+        ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
+    """
+    from ..cache import atomic_path
+    from ..drafters.head_nets import CONFIG_FILE
+    from ..drafters.heads import int8_available
+
+    wanted = cfg.inference_precision
+    if cfg.method != "eagle":
+        candidates, how = ["fp32"], "Medusa heads run fp32"
+    elif wanted != "auto":
+        candidates, how = [wanted], "as given by --inference-precision"
+    elif not int8_available():
+        candidates, how = ["fp32"], "fp32: this PyTorch has no quantized CPU engine"
+    else:
+        candidates, how = ["fp32", "int8"], "measured: the higher estimated decoding rate on the development prompts"
+    done = {p: evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
+                                precision=p if cfg.method == "eagle" else None) for p in reversed(candidates)}
+    evals = {p: done[p] for p in candidates}  # fp32 first: it wins a tie
+    choice, rates = pick_inference_precision(evals)
+    hcfg.extra = {**hcfg.extra, "inference_precision": choice}
+    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
+        tmp.write_text(hcfg.to_json())
+    record = {"choice": choice, "how": how, **rates,
+              "heldout": {p: {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate", "draft_ms_per_token",
+                                                        "verify_ms_per_step")} for p, e in evals.items()}}
+    return choice, evals[choice], record
+
+
+def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
+                     tree: int = 0, n_prompts: int | None = None, precision: str | None = None,
+                     vocab: int | None = None) -> dict:
+    """Greedy mean accepted tokens per step (k draft tokens, fixed policy) on the development prompts, overall and
+    per category (``by_category``: tau and acceptance by position of each category's prompts), with the time
+    spent drafting and verifying. ``precision`` (int8 or fp32; heads only) and ``vocab`` (the draft vocabulary's
+    most frequent tokens to use; EAGLE heads only) override what the head's drafter.json recommends."""
+    from ..bench.datasets import load_questions
+    from ..engine import SpeculativeGenerator
+    from ..stats import GenerationStats
+
+    spec = (f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "") + (f",precision={precision}" if precision else "")
+            + (f",vocab={vocab}" if vocab else ""))
+    gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
+    try:
+        total, per_cat, count = GenerationStats(), {}, {}
+        for q in load_questions("dev")[:n_prompts]:
+            r = gen.generate(q.turns[0], max_new_tokens=max_new_tokens, num_speculative_tokens=k, draft_policy="fixed")
+            total.merge(r.stats)
+            per_cat.setdefault(q.category, GenerationStats()).merge(r.stats)
+            count[q.category] = count.get(q.category, 0) + 1
+        draft_steps = sum(total.accept_counts)
+        by_category = {c: {"prompts": count[c], "new_tokens": st.new_tokens, "steps": st.steps,
+                           "mean_accepted_tokens": st.mean_accepted_tokens,
+                           "per_position_acceptance": st.per_position_acceptance} for c, st in sorted(per_cat.items())}
+        return {
+            "prompts": "dev",
+            "k": k,
+            "new_tokens": total.new_tokens,
+            "steps": total.steps,
+            "mean_accepted_tokens": total.mean_accepted_tokens,
+            "mean_accepted_tokens_per_draft_step": (total.accepted_tokens + draft_steps) / max(1, draft_steps),
+            "acceptance_rate": total.acceptance_rate,
+            "per_position_acceptance": total.per_position_acceptance,
+            "draft_ms_per_token": 1e3 * total.draft_time_s / max(1, total.draft_tokens),
+            "verify_ms_per_step": 1e3 * total.verify_time_s / max(1, total.steps),
+            "draft_time_s": total.draft_time_s,
+            "verify_time_s": total.verify_time_s,
+            "by_category": by_category,
+        }
+    finally:
+        gen.close()
