@@ -169,6 +169,11 @@ def test_logits_bitwise_equal_qwen_target():
 #: family ggml_bimm_isa() reports)
 FAMILIES = (
     ("native", ["-march=native", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"], (), None),
+    # the native build with a VNNI sub-block's two halves packed into one vpdpwssd in tiles of 3 tokens or more
+    # (GGML_BIMM_PAIRS, the default where the compiler targets AMD Zen), and without (the default elsewhere)
+    ("native-pairs", ["-march=native", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16", "-DGGML_BIMM_PAIRS=1"], (), None),
+    ("native-no-pairs", ["-march=native", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16", "-DGGML_BIMM_PAIRS=0"], (),
+     None),
     ("avx512bw", ["-march=native", "-mno-avx512vnni", "-mno-avxvnni", "-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"],
      ("avx512f", "avx512bw"), "AVX512BW"),
     ("avx2-vnni", ["-march=x86-64-v3", "-mavxvnni"], ("avx2", "fma", "f16c", "avx_vnni"), "AVX2-VNNI"),
@@ -178,7 +183,8 @@ FAMILIES = (
 
 #: deliberate mutations of the kernel sources (file, text replaced, replacement, the instruction-set
 #: families whose code it changes: "kernels" = every family with SIMD kernels, "VNNI" / "no VNNI" = the
-#: families with kernels whose ISA name has / lacks VNNI) that the harness must catch
+#: families with kernels whose ISA name has / lacks VNNI, "pairs" = the native-pairs family where its ISA
+#: has VNNI) that the harness must catch
 MUTATIONS = {
     # the two float updates of a Q4_K block in the other order (the canonical order changes)
     "q4_K float order": ("bimm.c", """const vf f = FFMA(FMUL(d, FSET1(da)), FCVT(isum[t]), FLOAD(fb[t]));
@@ -191,9 +197,11 @@ MUTATIONS = {
                                        "VNNI"),
     # with VNNI, tiles of 3 tokens or more: a Q4_K sub-block's first 16-weight product in both words of the pair
     # (the second one dropped)
-    "q4_K packed halves (VNNI)": ("bimm.c", "VPACK16(d0[t], d1[t])", "VPACK16(d0[t], d0[t])", "VNNI"),
+    "q4_K packed halves": ("bimm.c", "VPACK16(d0[t], d1[t])", "VPACK16(d0[t], d0[t])", "pairs"),
     # the same for a Q6_K sub-block's two 8-weight halves
-    "q6_K packed halves (VNNI)": ("bimm.c", "VPACK16(dot[0], dot[1])", "VPACK16(dot[0], dot[0])", "VNNI"),
+    "q6_K packed halves": ("bimm.c", "VPACK16(dot[0], dot[1])", "VPACK16(dot[0], dot[0])", "pairs"),
+    # the scale in the pair's low word only (the second half's product dropped)
+    "q4_K pair scale (packed)": ("bimm.c", "const vi sc2 = VPACK16(sc, sc);", "const vi sc2 = sc;", "pairs"),
     # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
     "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc, VSLL32(sc, 16));", "const vi sc2 = sc;", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
@@ -358,6 +366,10 @@ def test_native_harness_catches_mutations(tmp_path, mutation):
             continue
         if reaches == "no VNNI" and ("VNNI" in reported or reported == "none"):
             continue
+        if reaches == "pairs" and (name != "native-pairs" or "VNNI" not in reported):
+            continue
+        if name in ("native-pairs", "native-no-pairs") and reaches != "pairs":
+            continue  # the native family already carries the other mutations' code
         run = _harness(tmp_path, name, flags, mutation=mutation)
         tried += 1
         assert run.returncode == 1 and run.stdout.rstrip().endswith("FAILED"), f"{name}: {run.stdout}"

@@ -86,13 +86,13 @@ def test_head_training_loss_goes_down_and_resumes(tmp_path_factory, method, cont
         assert set(ip["heldout"]) == {"fp32", "int8"} and ip["how"].startswith("measured")
         rates = {p: ip[f"{p}_tokens_per_s"] for p in ("fp32", "int8")}
         assert ip["choice"] == max(rates, key=rates.get) and all(r > 0 for r in rates.values())
-        # the draft vocabulary: the whole trained one (its first evaluation is the chosen precision's) and half of
-        # --draft-vocab (a quarter is under 1024), the fastest that loses no accepted draft recorded; the held-out
-        # figures are those of the recommendation
+        # the draft vocabulary: the whole trained one (evaluated again: the same drafts as the chosen precision's
+        # evaluation) and half of --draft-vocab (a quarter is under 1024), the fastest that loses no accepted draft
+        # recorded; the held-out figures are those of the recommendation
         whole = iv["whole"]
         assert whole >= 2048 and set(iv["heldout"]) == {str(whole), "1024"} and iv["how"].startswith("measured")
-        assert iv["heldout"][str(whole)] == ip["heldout"][ip["choice"]]
-        assert extra["draft_vocab"] == iv["choice"] in (whole, 1024)
+        assert iv["heldout"][str(whole)]["mean_accepted_tokens"] == ip["heldout"][ip["choice"]]["mean_accepted_tokens"]
+        assert iv["choice"] in (whole, 1024) and extra["draft_vocab"] == iv["choice"]
         tau = {int(n): e["mean_accepted_tokens"] for n, e in iv["heldout"].items()}
         assert tau[iv["choice"]] >= tau[whole] and h["mean_accepted_tokens"] == tau[iv["choice"]]
         if tau[1024] >= tau[whole]:
@@ -336,6 +336,40 @@ def test_draft_vocab_is_the_fastest_that_loses_no_accepted_draft():
         pick_draft_vocab({})
 
 
+@pytest.mark.parametrize("setting", ["auto", "all", "3000", 3000, "8192"])
+def test_recommended_draft_vocab_is_evaluated_and_recorded(tmp_path, monkeypatch, setting):
+    """recommend_draft_vocab: which sizes it evaluates (at the chosen precision), what drafter.json records and
+    which evaluation it returns, for each setting (evaluate_drafter replaced by a recorder with synthetic results:
+    tau falls below 4096 tokens, drafting gets cheaper with fewer)."""
+    import speculative.training.recommend as recommend
+    from speculative.training.train import TrainConfig, default_head_config
+
+    calls = []
+
+    def fake_eval(target, folder, method, n_prompts=None, precision=None, vocab=None):
+        calls.append((precision, vocab))
+        n = vocab or 0
+        return {"new_tokens": 200, "steps": 100 if n >= 4096 else 110, "verify_time_s": 5.0,
+                "draft_time_s": n / 4096, "mean_accepted_tokens": 2.0 if n >= 4096 else 1.8, "acceptance_rate": 0.5,
+                "draft_ms_per_token": 1.0, "verify_ms_per_step": 50.0}
+
+    monkeypatch.setattr(recommend, "evaluate_drafter", fake_eval)
+    whole = 8195  # --draft-vocab 8192 plus 3 end-of-generation ids
+    hcfg = default_head_config("eagle", 64, list(range(whole)), "t", 10000)
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    heldout = {**fake_eval(None, None, None, vocab=whole), "mean_accepted_tokens": 2.0}
+    calls.clear()
+    ev, rec = recommend.recommend_draft_vocab("t", folder, hcfg, TrainConfig(draft_vocab=8192, inference_vocab=setting),
+                                              "int8", heldout)
+    want = {"auto": (4096, [whole, 4096, 2048]), "all": (whole, []), "3000": (3000, [3000]), 3000: (3000, [3000]),
+            "8192": (8192, [8192])}[setting]
+    assert rec["choice"] == want[0] and [v for _, v in calls] == want[1] and all(p == "int8" for p, _ in calls)
+    assert json.loads((folder / "drafter.json").read_text())["extra"]["draft_vocab"] == want[0]
+    assert set(rec["heldout"]) == {str(n) for n in (want[1] or [whole])}
+    assert ev is heldout if setting == "all" else ev["draft_time_s"] == want[0] / 4096
+
+
 def test_draft_vocab_rule_on_the_shipped_heads_measurements_gives_its_recommendation():
     """The rule applied to the committed size sweep of the shipped Qwen head (docs/bench/qwen-head-vocab-xeon: 16,384,
     8,192 and 4,096 tokens on the development prompts) recommends what the head's drafter.json says: 8,192 (4,096
@@ -363,6 +397,8 @@ def test_training_precision_is_resolved_and_checked(tmp_path):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_precision="fp16"), progress=False)
     with pytest.raises(ValueError, match="inference_vocab must be 'auto', 'all' or a number of tokens from 1 to"):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_vocab="9000"), progress=False)
+    with pytest.raises(ValueError, match="inference_vocab must be 'auto', 'all' or a number of tokens from 1 to"):
+        train_drafter(TARGET, tmp_path / "run", TrainConfig(inference_vocab=True), progress=False)
     with pytest.raises(ValueError, match="inference_vocab '512': the setting is for EAGLE heads"):
         train_drafter(TARGET, tmp_path / "run", TrainConfig(method="medusa", inference_vocab="512"), progress=False)
     with pytest.raises(ValueError, match="only EAGLE heads choose one"):

@@ -176,7 +176,7 @@ def cmd_train_drafter(args) -> int:
     if iv:
         tried = ", ".join(f"{n}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
                           for n, e in iv["heldout"].items())
-        print(f"draft vocabulary {iv['choice']} of {iv['whole']} ({iv['how']}; {tried})")
+        print(f"draft vocabulary {iv['choice']} of the head's {iv['whole']} tokens ({iv['how']}; {tried})")
     spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
     target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
     print(f"use it with: --drafter {spec}:{target_file}")

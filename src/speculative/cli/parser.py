@@ -205,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "int8 or fp32 records that")
     tr.add_argument("--inference-vocab", default="auto", metavar="auto|all|N",
                     help="how many of an EAGLE head's draft-vocabulary tokens (most frequent first) its drafter.json "
-                    "recommends using: auto (the default) evaluates the trained size and its halvings (down to 1024) "
-                    "at the chosen precision and records the fastest that loses no accepted draft on the development "
-                    "prompts; all, or a number, records that")
+                    "recommends using: auto (the default) evaluates the whole vocabulary and half and a quarter of "
+                    "--draft-vocab (each at least 1024) at the chosen precision and records the fastest that loses no "
+                    "accepted draft on the development prompts; all, or a number, records that")
     tr.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     tr.set_defaults(func=cmd_train_drafter)
 

@@ -38,7 +38,7 @@ class TrainConfig:
     # pick_inference_precision); EAGLE heads only (Medusa heads run fp32)
     inference_precision: str = "auto"
     # the draft vocabulary the head's drafter.json recommends for inference (EAGLE heads): "auto" (measured: the
-    # trained size and its halvings down to MIN_AUTO_DRAFT_VOCAB, see pick_draft_vocab), "all", or a number of the
-    # most frequent tokens as a string ("8192")
-    inference_vocab: str = "auto"
+    # whole vocabulary and half and a quarter of draft_vocab, each at least MIN_AUTO_DRAFT_VOCAB; see
+    # recommend.pick_draft_vocab), "all", or a number of the most frequent tokens ("8192" or 8192)
+    inference_vocab: str | int = "auto"
     data: DataConfig = field(default_factory=DataConfig)

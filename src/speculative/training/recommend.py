@@ -16,29 +16,31 @@ if TYPE_CHECKING:  # torch-free at import; no import circle with train.py
     from ..drafters.head_nets import HeadConfig
     from .config import TrainConfig
 
-#: the smallest draft vocabulary that ``inference_vocab="auto"`` tries (it halves the trained one down to this)
+#: the smallest draft vocabulary that ``inference_vocab="auto"`` tries (it tries half and a quarter of the trained
+#: one, each only if at least this)
 MIN_AUTO_DRAFT_VOCAB = 1024
 
 
-def check_inference_vocab(value: str, method: str, draft_vocab: int, name: str = "inference_vocab") -> int | None:
-    """Validate an ``inference_vocab`` setting (called ``name`` in the messages); returns the given size, or None
-    for "auto" and "all".
+def check_inference_vocab(value: str | int, method: str, draft_vocab: int, name: str = "inference_vocab"
+                          ) -> int | None:
+    """Validate an ``inference_vocab`` setting (called ``name`` in the messages): "auto", "all", or a number of
+    tokens (an int or a string of digits) from 1 to ``draft_vocab``. Returns the number, or None for "auto" and
+    "all".
 
     Raises:
-        ValueError: not "auto", "all" or a whole number from 1 to ``draft_vocab``; or a setting other than
-            "auto" for a head that is not an EAGLE head (those carry no truncatable draft vocabulary).
+        ValueError: another value; or a setting other than "auto" for a drafter that is not an EAGLE head (only
+            EAGLE heads' drafters use part of their draft vocabulary, ``heads.EagleDrafter``).
     """
-    if value in ("auto", "all"):
-        n = None
-    elif isinstance(value, str) and value.isascii() and value.isdigit() and 1 <= int(value) <= draft_vocab:
-        n = int(value)
-    else:
-        raise ValueError(f"{name} must be 'auto', 'all' or a number of tokens from 1 to the trained draft "
-                         f"vocabulary ({draft_vocab}), got {value!r}")
     if method != "eagle" and value != "auto":
         raise ValueError(f"{name} {value!r}: the setting is for EAGLE heads ({method} drafters always use all of "
                          "their vocabulary)")
-    return n
+    if value in ("auto", "all"):
+        return None
+    digits = isinstance(value, str) and value.isascii() and value.isdigit()
+    if (digits or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= int(value) <= draft_vocab:
+        return int(value)
+    raise ValueError(f"{name} must be 'auto', 'all' or a number of tokens from 1 to the trained draft vocabulary "
+                     f"({draft_vocab}), got {value!r}")
 
 
 def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, float]]:
@@ -105,15 +107,18 @@ def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg:
     """Choose the draft vocabulary an EAGLE head's drafter.json recommends (``extra.draft_vocab``, which the
     drafter follows unless its spec says ``vocab=``) and rewrite drafter.json atomically.
 
-    With ``cfg.inference_vocab`` "auto" the head is evaluated at ``precision`` with its trained vocabulary
-    (``cfg.draft_vocab``) halved once and twice (sizes of at least :data:`MIN_AUTO_DRAFT_VOCAB`), and :func:`pick_draft_vocab` chooses among
-    those and ``heldout`` (the evaluation with the whole vocabulary); a given size is recorded as given; "all"
-    records the whole vocabulary. Medusa heads record nothing.
+    With ``cfg.inference_vocab`` "auto" the head is evaluated at ``precision`` with its whole vocabulary again
+    (``heldout``, the precision's evaluation, may carry the process's first-run costs, which would favour the
+    smaller sizes on a tie in tau) and with half and a quarter of ``cfg.draft_vocab`` (each if at least
+    :data:`MIN_AUTO_DRAFT_VOCAB`), and :func:`pick_draft_vocab` chooses; where no smaller size qualifies, the whole
+    vocabulary is recorded with ``heldout``. A given number is evaluated and recorded (all of the vocabulary if it
+    is larger than the head's); "all" records the whole vocabulary with ``heldout``. Medusa heads record nothing.
 
     Returns:
         (the held-out evaluation of the recommended settings, a record of the choice for metrics.json, or None
         for Medusa heads).
     Raises:
+        ValueError: an invalid ``cfg.inference_vocab`` (:func:`check_inference_vocab`).
         ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
     """
     from ..cache import atomic_path
@@ -121,21 +126,30 @@ def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg:
 
     if cfg.method != "eagle":
         return heldout, None
-    whole = len(hcfg.vocab_ids)
+    whole = len(hcfg.vocab_ids)  # --draft-vocab's tokens, plus end-of-generation ids it lacked
     given = check_inference_vocab(cfg.inference_vocab, cfg.method, cfg.draft_vocab)
-    evals = {whole: heldout}
-    if cfg.inference_vocab == "auto":
-        trained = min(cfg.draft_vocab, whole)  # --draft-vocab's round number (whole adds end-of-generation ids)
-        sizes = [n for n in (trained // 2, trained // 4) if n >= MIN_AUTO_DRAFT_VOCAB]
+
+    def evaluate(n: int) -> dict:
+        return evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts, precision=precision,
+                                vocab=n)
+
+    rates: dict = {}
+    sizes = [n for n in (min(cfg.draft_vocab, whole) // 2, min(cfg.draft_vocab, whole) // 4)
+             if n >= MIN_AUTO_DRAFT_VOCAB]
+    if cfg.inference_vocab == "auto" and sizes:
+        evals = {whole: evaluate(whole)}
+        evals.update({n: evaluate(n) for n in sizes})
+        choice, rates = pick_draft_vocab(evals)
         how = ("measured: the highest estimated decoding rate on the development prompts among the sizes whose "
                "tau is the whole vocabulary's or more")
-        for n in sizes:
-            evals[n] = evaluate_drafter(target, drafter_dir, cfg.method, n_prompts=cfg.eval_prompts,
-                                        precision=precision, vocab=n)
-        choice, rates = pick_draft_vocab(evals)
+    elif given is not None and given < whole:
+        choice, evals, how = given, {given: evaluate(given)}, "as given by --inference-vocab"
     else:
-        choice, rates = min(given or whole, whole), {}
-        how = "as given by --inference-vocab"
+        choice, evals = whole, {whole: heldout}
+        how = {"auto": f"the whole vocabulary: --draft-vocab {cfg.draft_vocab} leaves no smaller size of at least "
+                       f"{MIN_AUTO_DRAFT_VOCAB} to try",
+               "all": "all of it, as given by --inference-vocab"}.get(
+                   cfg.inference_vocab, f"all of it, as given by --inference-vocab {given} (the head has {whole} tokens)")
     hcfg.extra = {**hcfg.extra, "draft_vocab": choice}
     with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
         tmp.write_text(hcfg.to_json())
@@ -143,7 +157,7 @@ def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg:
               "heldout": {str(n): {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate",
                                                             "draft_ms_per_token", "verify_ms_per_step")}
                           for n, e in evals.items()}}
-    return evals.get(choice, heldout), record
+    return evals[choice], record
 
 
 def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig
