@@ -167,16 +167,13 @@ def cmd_train_drafter(args) -> int:
     h = m["heldout"]
     print(f"trained {args.method} drafter in {out}: held-out (development prompts, greedy, k=4) "
           f"mean accepted tokens per step {h['mean_accepted_tokens']:.2f}, acceptance rate {h['acceptance_rate']:.1%}")
-    ip = m.get("inference_precision")
-    if ip:
-        tried = ", ".join(f"{p}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
-                          for p, e in ip["heldout"].items())
-        print(f"inference precision {ip['choice']} ({ip['how']}; {tried})")
-    iv = m.get("inference_vocab")
-    if iv:
-        tried = ", ".join(f"{n}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft token"
-                          for n, e in iv["heldout"].items())
-        print(f"draft vocabulary {iv['choice']} of the head's {iv['whole']} tokens ({iv['how']}; {tried})")
+    for what, key in (("inference precision", "inference_precision"), ("draft vocabulary", "inference_vocab")):
+        rec = m.get(key)
+        if rec:
+            tried = ", ".join(f"{k}: τ {e['mean_accepted_tokens']:.2f}, {e['draft_ms_per_token']:.2f} ms per draft "
+                              "token" for k, e in rec["heldout"].items())
+            whole = f" of the head's {rec['whole']} tokens" if "whole" in rec else ""
+            print(f"{what} {rec['choice']}{whole} ({rec['how']}; {tried})")
     spec = {"eagle": "eagle", "medusa": "medusa", "draft-model": "model"}[args.method]
     target_file = out / ("draft.gguf" if args.method == "draft-model" else "drafter")
     print(f"use it with: --drafter {spec}:{target_file}")

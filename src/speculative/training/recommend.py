@@ -61,19 +61,36 @@ def pick_inference_precision(evals: dict[str, dict]) -> tuple[str, dict[str, flo
     Raises:
         ValueError: ``evals`` is empty.
     """
-    rate, v = _estimated_rates(evals)
-    choice = max(rate, key=rate.get)  # max keeps the first of equal rates
-    return choice, {**{f"{p}_tokens_per_s": r for p, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+    rate, info = _estimated_rates(evals)
+    return max(rate, key=rate.get), info  # max keeps the first of equal rates
 
 
-def _estimated_rates(evals: dict) -> tuple[dict, float]:
-    """{key: new_tokens / (steps * v + draft_time_s)} and v, the verification time per step (s) pooled over
-    ``evals`` (see :func:`pick_inference_precision`). Raises ValueError when ``evals`` is empty."""
+def _estimated_rates(evals: dict) -> tuple[dict, dict[str, float]]:
+    """{key: new_tokens / (steps * v + draft_time_s)}, with v the verification time per step (s) pooled over
+    ``evals`` (see :func:`pick_inference_precision`), and the same as a record: {"<key>_tokens_per_s": ...,
+    "verify_ms_per_step": v in ms}. Raises ValueError when ``evals`` is empty."""
     if not evals:
         raise ValueError("no evaluations to choose from")
     steps = sum(e["steps"] for e in evals.values())
     v = sum(e["verify_time_s"] for e in evals.values()) / max(1, steps)
-    return {key: e["new_tokens"] / max(1e-9, e["steps"] * v + e["draft_time_s"]) for key, e in evals.items()}, v
+    rate = {key: e["new_tokens"] / max(1e-9, e["steps"] * v + e["draft_time_s"]) for key, e in evals.items()}
+    return rate, {**{f"{key}_tokens_per_s": r for key, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+
+
+def _recommend(drafter_dir: Path, hcfg: HeadConfig, setting: str, choice, how: str, rates: dict, evals: dict,
+               **fields) -> dict:
+    """Record ``choice`` as the head's recommended ``setting`` (``hcfg.extra[setting]``, drafter.json rewritten
+    atomically); returns the record of the choice for metrics.json: the choice, ``fields``, how it was made, the
+    estimated rates and each evaluated setting's held-out figures."""
+    from ..cache import atomic_path
+    from ..drafters.head_nets import CONFIG_FILE
+
+    hcfg.extra = {**hcfg.extra, setting: choice}
+    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
+        tmp.write_text(hcfg.to_json())
+    keys = ("mean_accepted_tokens", "acceptance_rate", "draft_ms_per_token", "verify_ms_per_step")
+    return {"choice": choice, **fields, "how": how, **rates,
+            "heldout": {str(k): {key: e[key] for key in keys} for k, e in evals.items()}}
 
 
 def pick_draft_vocab(evals: dict[int, dict]) -> tuple[int, dict[str, float]]:
@@ -95,11 +112,10 @@ def pick_draft_vocab(evals: dict[int, dict]) -> tuple[int, dict[str, float]]:
     Raises:
         ValueError: ``evals`` is empty.
     """
-    rate, v = _estimated_rates(evals)
+    rate, info = _estimated_rates(evals)
     tau_all = next(iter(evals.values()))["mean_accepted_tokens"]
     eligible = {n: r for n, r in rate.items() if evals[n]["mean_accepted_tokens"] >= tau_all}
-    choice = max(eligible, key=eligible.get)  # max keeps the first of equal rates
-    return choice, {**{f"{n}_tokens_per_s": r for n, r in rate.items()}, "verify_ms_per_step": 1e3 * v}
+    return max(eligible, key=eligible.get), info  # max keeps the first of equal rates
 
 
 def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig, precision: str,
@@ -121,9 +137,6 @@ def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg:
         ValueError: an invalid ``cfg.inference_vocab`` (:func:`check_inference_vocab`).
         ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
     """
-    from ..cache import atomic_path
-    from ..drafters.head_nets import CONFIG_FILE
-
     if cfg.method != "eagle":
         return heldout, None
     whole = len(hcfg.vocab_ids)  # --draft-vocab's tokens, plus end-of-generation ids it lacked
@@ -149,15 +162,9 @@ def recommend_draft_vocab(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg:
         how = {"auto": f"the whole vocabulary: --draft-vocab {cfg.draft_vocab} leaves no smaller size of at least "
                        f"{MIN_AUTO_DRAFT_VOCAB} to try",
                "all": "all of it, as given by --inference-vocab"}.get(
-                   cfg.inference_vocab, f"all of it, as given by --inference-vocab {given} (the head has {whole} tokens)")
-    hcfg.extra = {**hcfg.extra, "draft_vocab": choice}
-    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
-        tmp.write_text(hcfg.to_json())
-    record = {"choice": choice, "whole": whole, "how": how, **rates,
-              "heldout": {str(n): {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate",
-                                                            "draft_ms_per_token", "verify_ms_per_step")}
-                          for n, e in evals.items()}}
-    return evals[choice], record
+                   cfg.inference_vocab,
+                   f"all of it, as given by --inference-vocab {given} (the head has {whole} tokens)")
+    return evals[choice], _recommend(drafter_dir, hcfg, "draft_vocab", choice, how, rates, evals, whole=whole)
 
 
 def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConfig, cfg: TrainConfig
@@ -176,8 +183,6 @@ def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConf
     Raises:
         ConfigError, ModelNotFoundError: the target or the head cannot be loaded (from :func:`evaluate_drafter`).
     """
-    from ..cache import atomic_path
-    from ..drafters.head_nets import CONFIG_FILE
     from ..drafters.heads import int8_available
 
     wanted = cfg.inference_precision
@@ -193,13 +198,7 @@ def recommend_inference_precision(target: str, drafter_dir: Path, hcfg: HeadConf
                                 precision=p if cfg.method == "eagle" else None) for p in reversed(candidates)}
     evals = {p: done[p] for p in candidates}  # fp32 first: it wins a tie
     choice, rates = pick_inference_precision(evals)
-    hcfg.extra = {**hcfg.extra, "inference_precision": choice}
-    with atomic_path(drafter_dir / CONFIG_FILE) as tmp:
-        tmp.write_text(hcfg.to_json())
-    record = {"choice": choice, "how": how, **rates,
-              "heldout": {p: {key: e[key] for key in ("mean_accepted_tokens", "acceptance_rate", "draft_ms_per_token",
-                                                        "verify_ms_per_step")} for p, e in evals.items()}}
-    return choice, evals[choice], record
+    return choice, evals[choice], _recommend(drafter_dir, hcfg, "inference_precision", choice, how, rates, evals)
 
 
 def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, max_new_tokens: int = 64,
@@ -213,8 +212,8 @@ def evaluate_drafter(target: str, drafter_dir: Path, method: str, k: int = 4, ma
     from ..engine import SpeculativeGenerator
     from ..stats import GenerationStats
 
-    spec = (f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "") + (f",precision={precision}" if precision else "")
-            + (f",vocab={vocab}" if vocab else ""))
+    spec = (f"{method}:{drafter_dir}" + (f",tree={tree}" if tree else "")
+            + (f",precision={precision}" if precision else "") + (f",vocab={vocab}" if vocab else ""))
     gen = SpeculativeGenerator.from_pretrained(target, drafter=spec, n_ctx=2048)
     try:
         total, per_cat, count = GenerationStats(), {}, {}
