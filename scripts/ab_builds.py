@@ -4,7 +4,7 @@
         --sizes 1,8 --rounds 6 --out docs/bench/NAME
 
 Each round installs build A's libraries (libllama.so, libggml*.so, copied from --a) into the venv's
-llama_cpp/lib and runs `speculative profile` (2 rounds x 5 forwards per size, its own median), then build
+llama_cpp/lib and runs `speculative profile` (2 rounds x --repeats forwards per size, default 5, its own median), then build
 B's, and so on; the libraries that were installed before are put back at the end (also after an error or
 Ctrl-C). Writes A-<i>.json and B-<i>.json (every timing) and summary.txt: per size, each round's T(n) for
 A and B and the ratio A/B (above 1: B is faster), their geometric mean and a 95% t-interval over the
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1,8", help="forward sizes (default 1,8)")
     ap.add_argument("--rounds", type=int, default=None,
                     help="alternations A, B (default 6; with --summary-only: every round in --out)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="forwards per size in each of a profile run's 2 rounds (default 5; more resolve smaller "
+                         "differences on a noisy machine)")
     ap.add_argument("--out", required=True, type=Path, help="folder for the run files (created)")
     ap.add_argument("--summary-only", action="store_true",
                     help="no runs: recompute summary.txt from the run files already in --out")
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{args.out}: holds {found} paired rounds, not {args.rounds} (leave --rounds out to use them all)")
     elif args.rounds is None:
         args.rounds = 6
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (a confidence interval needs two paired rounds)")
     try:
@@ -139,7 +144,7 @@ def _run_rounds(args) -> None:
                     out = args.out / f"{name}-{i}.json"
                     print(f"round {i}/{args.rounds}: build {name}", flush=True)
                     subprocess.run([str(exe), "profile", "--target", args.target, "--sizes", args.sizes,
-                                    "--rounds", "2", "--repeats", "5", "-o", str(out)],
+                                    "--rounds", "2", "--repeats", str(args.repeats), "-o", str(out)],
                                    check=True, stdout=subprocess.DEVNULL)
         finally:
             install(saved, dst)
@@ -164,9 +169,18 @@ def t_ms(path: Path, n: int) -> float:
     return float(t)
 
 
+def repeats_of(path: Path) -> int | None:
+    """Forwards per size and round in one profile run file (its raw timings), or None where they cannot be read."""
+    try:
+        return len(json.loads(path.read_text())["raw_ms"][0][0])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+
+
 def summarize(args, sizes: list[int]) -> int:
+    reps = repeats_of(args.out / "A-1.json") if args.summary_only else args.repeats
     lines = [f"A: {args.a or '(see command.txt)'}", f"B: {args.b or '(see command.txt)'}", f"target {args.target}; {args.rounds} alternating rounds; "
-             "T(n) per run: the profile's median over 2 rounds of 5 forwards; ratio A/B (above 1: B faster), "
+             f"T(n) per run: the profile's median over 2 rounds of {reps or '?'} forwards; ratio A/B (above 1: B faster), "
              "geometric mean over rounds, 95% t-interval", ""]
     for n in sizes:
         ta = [t_ms(args.out / f"A-{i}.json", n) for i in range(1, args.rounds + 1)]

@@ -474,8 +474,9 @@ static void check_flagged_f16(int64_t k, int64_t m, int n) {
 
 // the transposed V cache's writes: ggml_set_rows of one-element rows (a row per (token, channel)) into an F16
 // tensor of one-element rows, at the positions llama.cpp's V indices give (channel * cells + cell), which the
-// patch converts inline. Every written element must be ggml's F16 rounding of its source, every other element
-// untouched; with 1, 2 and 3 threads (ggml runs set_rows on one thread: the counts guard against that changing)
+// patch converts inline, each thread writing the elements in its own part of the cache (cut at cache lines).
+// Every written element must be ggml's F16 rounding of its source, every other element untouched; with 1, 2
+// and 3 threads, so that the parts' boundaries fall inside the written cells
 static void check_set_rows_transposed(int64_t channels, int64_t cells, int tokens) {
     long bad = 0, checked = 0;
     for (int nth = 1; nth <= 3; ++nth) {
@@ -505,7 +506,7 @@ static void check_set_rows_transposed(int64_t channels, int64_t cells, int token
         }
         ggml_free(ctx);
     }
-    printf("f16   set_rows of one-element rows (1-3 threads asked, ggml uses one) mismatches: %ld, elements written: %ld\n", bad, checked);
+    printf("f16   set_rows of one-element rows (1-3 threads) mismatches: %ld, elements written: %ld\n", bad, checked);
     failures += bad;
 }
 
