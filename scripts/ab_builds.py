@@ -4,8 +4,8 @@
         --sizes 1,8 --rounds 6 --out docs/bench/NAME
 
 Each round installs build A's libraries (libllama.so, libggml*.so, copied from --a) into the venv's
-llama_cpp/lib and runs `speculative profile` (2 rounds x --repeats forwards per size, default 5, its own median), then build
-B's, and so on; the libraries that were installed before are put back at the end (also after an error or
+llama_cpp/lib and runs `speculative profile` (2 rounds x --repeats forwards per size, default 5, its own
+median), then build B's, and so on; the libraries that were installed before are put back at the end (also after an error or
 Ctrl-C). Writes A-<i>.json and B-<i>.json (every timing) and summary.txt: per size, each round's T(n) for
 A and B and the ratio A/B (above 1: B is faster), their geometric mean and a 95% t-interval over the
 rounds. Same machine, same hour, one process at a time.
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="alternations A, B (default 6; with --summary-only: every round in --out)")
     ap.add_argument("--repeats", type=int, default=5,
                     help="forwards per size in each of a profile run's 2 rounds (default 5; more resolve smaller "
-                         "differences on a noisy machine)")
+                         "differences on a noisy machine; with --summary-only the run files say)")
     ap.add_argument("--out", required=True, type=Path, help="folder for the run files (created)")
     ap.add_argument("--summary-only", action="store_true",
                     help="no runs: recompute summary.txt from the run files already in --out")
@@ -180,7 +180,8 @@ def repeats_of(path: Path) -> int | None:
 def summarize(args, sizes: list[int]) -> int:
     reps = repeats_of(args.out / "A-1.json") if args.summary_only else args.repeats
     lines = [f"A: {args.a or '(see command.txt)'}", f"B: {args.b or '(see command.txt)'}", f"target {args.target}; {args.rounds} alternating rounds; "
-             f"T(n) per run: the profile's median over 2 rounds of {reps or '?'} forwards; ratio A/B (above 1: B faster), "
+             f"T(n) per run: the profile's median over 2 rounds of {reps or '?'} forwards; "
+             "ratio A/B (above 1: B faster), "
              "geometric mean over rounds, 95% t-interval", ""]
     for n in sizes:
         ta = [t_ms(args.out / f"A-{i}.json", n) for i in range(1, args.rounds + 1)]

@@ -410,9 +410,11 @@ static void check_graph(enum ggml_type type, int64_t k, int64_t m, int n, bool b
 }
 
 // attention's products with a flagged cache: K (k x m cells x 2 heads, in a buffer of 3 heads' width) read
-// through a view, times 6 query heads x n tokens (3 per K head); each token alone must give its columns of
-// the batch, and every output must be ggml_bimm_f16_dot_ref of the cell and the query rounded to F16
-static void check_flagged_f16(int64_t k, int64_t m, int n) {
+// through a view, times 6 query heads x n tokens (3 per K head), on nth threads (each takes one contiguous range
+// of the 6n columns, every row; with more threads than columns the rows of a column are split too); each token
+// alone must give its columns of the batch, and every output must be ggml_bimm_f16_dot_ref of the cell and the
+// query rounded to F16
+static void check_flagged_f16(int64_t k, int64_t m, int n, int nth) {
     const int hk = 2, hq = 6, width = 3;
     struct ggml_init_params cip = { ggml_tensor_overhead() * 2 + sizeof(ggml_fp16_t) * k * width * m + 64, NULL, false };
     struct ggml_context * cctx = ggml_init(cip);
@@ -439,7 +441,7 @@ static void check_flagged_f16(int64_t k, int64_t m, int n) {
             }
         }
         struct ggml_tensor * y = ggml_mul_mat(ctx, kv, q);
-        compute_poisoned(ctx, y, 2);
+        compute_poisoned(ctx, y, nth);
         for (int h = 0; h < hq; ++h) {
             for (int t = 0; t < nt; ++t) {
                 const float * got = (const float *) y->data + (h * nt + t) * m;
@@ -463,8 +465,8 @@ static void check_flagged_f16(int64_t k, int64_t m, int n) {
             }
         }
     }
-    printf("f16   flagged  mul_mat k=%-3d n=%-2d column mismatches: %ld, reference mismatches: %ld\n", (int) k, n,
-           col_bad, ref_bad);
+    printf("f16   flagged  mul_mat k=%-3d n=%-2d threads=%-2d column mismatches: %ld, reference mismatches: %ld\n",
+           (int) k, n, nth, col_bad, ref_bad);
     failures += col_bad + ref_bad;
     free(qh);
     free(qs);
@@ -688,8 +690,12 @@ int main(int argc, char ** argv) {
         check_graph(GGML_TYPE_Q5_K, 512, 64, 9, false, 2);  // a type CPU_BIMM does not take: vec_dot
         check_graph(GGML_TYPE_F16, 600, 64, 9, false, 2);   // F16 rows, as the attention's caches
         check_f16_cols();
-        check_flagged_f16(128, 67, 9);  // a head dimension, cells not a multiple of the 4-row blocks
-        check_flagged_f16(100, 40, 5);  // a length with a partial last step
+        check_flagged_f16(128, 67, 9, 2);  // a head dimension, cells not a multiple of the 4-row blocks
+        check_flagged_f16(100, 40, 5, 2);  // a length with a partial last step
+        check_flagged_f16(100, 40, 5, 3);  // 30 columns in 3 ranges, the second crossing from one K/V head to the other
+        check_flagged_f16(128, 67, 9, 4);  // 54 columns in ranges of 14 (the last 12), the second crossing K/V heads
+        check_flagged_f16(64, 33, 1, 4);   // 6 columns on 4 threads: ranges of 2, the last thread idle
+        check_flagged_f16(64, 33, 1, 13);  // more threads than columns: a column's rows split between 2 threads
         check_set_rows_transposed(256, 77, 8);  // the 1.5B's 2 K/V heads x 128 channels, 8 tokens
         check_set_rows_transposed(5, 9, 3);     // a small cache
         check_soft_max_max();

@@ -3,7 +3,8 @@
 # kernel harness (tests/native/test_batch_invariant_mm.c --graph) linked against it; its output in NAME.txt here.
 # TREE: the patched llama.cpp (default: this machine's); BUILD: its cmake build folder (made with
 #   cmake -S $TREE -B $BUILD -DCMAKE_BUILD_TYPE=Release -DGGML_LLAMAFILE=OFF -DGGML_CPU_BATCH_INVARIANT_MM=ON);
-# BASE_LIBS: a copy of the venv's llama_cpp/lib, whose libggml-cpu is replaced.
+# BASE_LIBS: a copy of the venv's llama_cpp/lib, whose libggml-cpu is replaced. BUILD is left holding the mutated
+# library: rebuild it (cmake --build $BUILD --target ggml-cpu) before using it for anything else.
 set -e
 name=$1; file=$2; old=$3; new=$4
 here=$(cd "$(dirname "$0")" && pwd)
