@@ -238,6 +238,13 @@ MUTATIONS = {
         "bimm-f16.c",
         "_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));",
         "_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 0)));", "AVX512"),
+    # a block of fewer than 4 rows storing a whole quarter per column (rows of the next block or past the end)
+    "f16 partial block's store": (
+        "bimm-f16.c",
+        "_mm_mask_storeu_ps(dst[4 * g + j], (__mmask8) ((1u << nr) - 1), q);",
+        "_mm_storeu_ps(dst[4 * g + j], q);", "AVX512"),
+    # every column block of a call writing its outputs to the call's first columns
+    "f16 column blocks": ("bimm-f16.c", "dc[c] = dst[c0 + c] + r0;", "dc[c] = dst[c] + r0;", "kernels"),
     # the per-thread column buffer no longer handed to the key that frees it when its thread exits
     "f16 buffer leak": (
         "bimm-f16.c",
