@@ -223,6 +223,56 @@ def test_tree_drafts_greedy_identity(prompts10):
             t.close()
 
 
+def test_no_token_is_drawn_from_an_off_spine_nodes_logits(prompts10, monkeypatch):
+    """Exact numerics: an off-spine node's logits are not plain decoding's (its K/V sits in another cell than its
+    position's), so a path that ends at one yields no next token. Here every off-spine row is poisoned (its argmax
+    a token the prompts never produce); the output must still be plain greedy decoding's, with such paths taken
+    (a Qwen gate question once differed from plain decoding where a near-tie met that bonus token)."""
+    from speculative import request as request_module
+    from speculative.backends import load_backend
+    from speculative.trees import spine
+
+    poison = 1000
+    t = load_backend("smollm2-135m-instruct", n_ctx=4096, tree_width=3)
+    try:
+        assert t.tree_spine_only
+        forward = t.forward
+
+        def poisoned_forward(reqs, *a, **kw):
+            outs = forward(reqs, *a, **kw)
+            for req, out in zip(reqs, outs):
+                if req.tree_parents is None:
+                    continue
+                on_spine = set(spine(list(req.tree_parents)))
+                for j, u in enumerate(req.output_rows()):
+                    if u not in on_spine:
+                        out.logits[j] = out.logits[j].min()
+                        out.logits[j][poison] = 1e4
+            return outs
+
+        ended_off_spine = []
+        verify = request_module.verify_tree_greedy
+
+        def counting_verify(choice, tokens, parents):
+            res = verify(choice, tokens, parents)
+            ended_off_spine.append(bool(res.path) and res.path[-1] not in spine(parents))
+            return res
+
+        monkeypatch.setattr(t, "forward", poisoned_forward)
+        monkeypatch.setattr(request_module, "verify_tree_greedy", counting_verify)
+        plain_gen = SpeculativeGenerator(t, NoDrafter())
+        tree_gen = SpeculativeGenerator(t, NgramDrafter(1, 4, tree=3))
+        for row in prompts10:
+            ids = plain_gen.encode_prompt(row["turns"][0])
+            plain = plain_gen.generate(ids, max_new_tokens=48).token_ids
+            assert poison not in plain
+            r = tree_gen.generate(ids, max_new_tokens=48, num_speculative_tokens=4, draft_policy="fixed")
+            assert_greedy_identical(t, ids, plain, r.token_ids, exact=True, label=f"q{row['question_id']} poisoned")
+        assert sum(ended_off_spine) > 0, "no path ended at an off-spine node: the test checked nothing"
+    finally:
+        t.close()
+
+
 def test_a_closed_model_refuses_use_instead_of_crashing():
     """After close() the model's memory is freed: generate, encode and forward raise ModelLoadError (a call
     into the freed model ended the process with a segmentation fault)."""

@@ -42,6 +42,7 @@ from .stats import GenerationStats
 from .trees import children as tree_children
 from .trees import depths as tree_depths
 from .trees import path_to
+from .trees import spine as tree_spine
 from .verification import rejection_sample, tree_rejection_sample, verify_greedy, verify_tree_greedy
 
 
@@ -291,7 +292,7 @@ class DecodeRequest:
         self.policy.observe_step(self.plan, verified, len(path), draft.pending + len(draft.tokens), forward_s)
         if self.reads_hidden and out.hidden is not None:
             self.drafter.observe_hidden(self.draft_state, draft.cached, out.hidden[fed[:kept]])
-        new = self._emit([draft.tokens[i] for i in path] + [next_token], rows)
+        new = self._emit([draft.tokens[i] for i in path] + ([] if next_token is None else [next_token]), rows)
         now = time.perf_counter()
         self.stats.verify_time_s += now - draft.verify_started_at
         self.stats.wall_time_s = now - self.started_at
@@ -365,10 +366,17 @@ class DecodeRequest:
             res = rejection_sample(lambda i: sampler.probs(logits[i]), verified, q, self.rng)
         return list(range(res.num_accepted)), res.next_token, logits
 
-    def _accept_tree(self, draft: Draft, logits: np.ndarray) -> tuple[list[int], int, list[np.ndarray]]:
+    def _accept_tree(self, draft: Draft, logits: np.ndarray) -> tuple[list[int], int | None, list[np.ndarray]]:
         """A token tree's verification (greedy: the longest path of argmax matches; sampling: recursive
         rejection sampling over siblings, SpecInfer, Miao et al. 2024): (the accepted path's node
-        indices, the next token, the processed logits rows of the emitted tokens)."""
+        indices, the next token, the processed logits rows of the emitted tokens).
+
+        Where only the spine's logits are bitwise plain decoding's (``target.tree_spine_only``: llama.cpp's
+        exact numerics, where an off-spine node's K/V sits in a cell other than its position's), a path that
+        ends at an off-spine node yields no next token: the next step's forward computes that position's
+        logits as plain decoding does. The accepted tokens themselves were each drawn from a spine node's
+        logits. (Drawing that token from the off-spine node's logits made a Qwen gate run differ from plain
+        decoding: docs/bench/tree-off-spine-zen4.)"""
         toks, parents, nodes, sampler, prop = draft.tokens, draft.parents, draft.nodes, self.sampler, draft.proposal
         rows: dict[int, np.ndarray] = {}
 
@@ -393,7 +401,10 @@ class DecodeRequest:
                 def child_probs(u):
                     return prop.probs[nodes[kids[u][0]]] if kids[u] else None
             res = tree_rejection_sample(lambda u: sampler.probs(row(u)), toks, parents, child_probs, self.rng)
-        return list(res.path), res.next_token, [row(-1)] + [row(i) for i in res.path]
+        path, next_token = list(res.path), res.next_token
+        if path and self.target.tree_spine_only and path[-1] not in tree_spine(parents):
+            next_token = None
+        return path, next_token, [row(-1)] + [row(i) for i in path]
 
     # ---- emission and the end -----------------------------------------------------------------------
 
