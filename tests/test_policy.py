@@ -130,3 +130,17 @@ def test_silenced_drafter_is_remeasured_within_a_budget():
     p.end_request(st, 500.0, drafted=True)
     st = begin()
     assert not st.remeasures and not st.silent and p.measured_saving_per_token() == 0.15
+
+
+def test_a_step_without_a_next_token_saves_one_single_token_step_less():
+    """A tree path that ends off the spine (llama.cpp's exact numerics) emits its accepted tokens only: the
+    measured saving is one T(1) smaller than that of a step that also emitted the next token."""
+    savings = []
+    for emitted in (None, 2):
+        policy = DraftPolicy(NgramDrafter())
+        st = policy.begin_request(FLAT, 4, 1000)
+        policy.observe_proposal(st, DraftProposal([7, 8, 9]), 0.001, 4, 0.0)
+        policy.observe_step(st, 3, 2, 4, 0.012, emitted=emitted)
+        savings.append(policy.saving)
+    assert savings[0] == pytest.approx(2 * 0.010 - 0.001 - 0.002)  # 3 tokens for a 12 ms step and 1 ms drafting
+    assert savings[0] - savings[1] == pytest.approx(0.010)

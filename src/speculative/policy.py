@@ -297,11 +297,15 @@ class DraftPolicy:
             first = proposal.confidence[0] if proposal.confidence else None
             st.first_ok = min_confidence <= 0 or (first is not None and first >= min_confidence)
 
-    def observe_step(self, st: PolicyState, verified: int, accepted: int, fed: int, forward_s: float | None) -> None:
+    def observe_step(self, st: PolicyState, verified: int, accepted: int, fed: int, forward_s: float | None,
+                     emitted: int | None = None) -> None:
         """A verification: ``verified`` draft tokens (a chain, or a tree's depth), ``accepted`` of them, in a
         target forward of ``fed`` tokens that took ``forward_s`` seconds (None: not timed alone, in a
-        batch). Refines T(n), the acceptance rate and the measured saving, and backs off when the step
-        did not pay (see the module docstring)."""
+        batch), emitting ``emitted`` tokens (default ``accepted + 1``: the accepted ones and the next; a
+        tree path that ends off the spine on llama.cpp's exact numerics emits no next token). Refines
+        T(n), the acceptance rate and the measured saving, and backs off when the step did not pay (see
+        the module docstring)."""
+        emitted = accepted + 1 if emitted is None else emitted
         if verified > 0:
             self.accepts += accepted
             self.rejects += 1 if accepted < verified else 0
@@ -312,7 +316,7 @@ class DraftPolicy:
         paid = st.first_ok
         if st.drafted_s > 0.0 and forward_s is not None:
             t1 = st.cost.time(1)
-            saving = self.observe_saving(accepted * t1 - st.drafted_s - max(0.0, forward_s - t1), accepted + 1)
+            saving = self.observe_saving((emitted - 1) * t1 - st.drafted_s - max(0.0, forward_s - t1), emitted)
             paid = paid is not False and saving >= 0.0
         st.drafted_s, st.first_ok = 0.0, None
         if paid is True:

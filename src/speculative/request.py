@@ -289,7 +289,8 @@ class DecodeRequest:
         else:
             kept, verified = self.target.commit_path(self.seq, fed), max(tree_depths(draft.parents), default=0)
             self.stats.record_tree_step(len(draft.tokens), verified, len(path))
-        self.policy.observe_step(self.plan, verified, len(path), draft.pending + len(draft.tokens), forward_s)
+        self.policy.observe_step(self.plan, verified, len(path), draft.pending + len(draft.tokens), forward_s,
+                                 emitted=len(path) + (next_token is not None))
         if self.reads_hidden and out.hidden is not None:
             self.drafter.observe_hidden(self.draft_state, draft.cached, out.hidden[fed[:kept]])
         new = self._emit([draft.tokens[i] for i in path] + ([] if next_token is None else [next_token]), rows)
