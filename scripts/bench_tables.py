@@ -27,7 +27,7 @@ BENCH = ROOT / "docs" / "bench"
 DOCS = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")
 
 sys.path.insert(0, str(ROOT / "src"))
-from speculative.bench.report import geometric_mean_ci  # noqa: E402
+from speculative.bench.report import decode_counts, geometric_mean_ci  # noqa: E402
 
 #: the machine each run was measured on (results.json records only "x86_64")
 INTEL = "Intel x86-64 with AVX-512, 2 cores"
@@ -81,14 +81,18 @@ def method(res: dict, name: str) -> dict:
 
 def paired(run: str, name: str, ref: str, decode: bool = False) -> tuple[float, float, float]:
     """End-to-end (or, with ``decode``, prefill-excluded) speedup of method ``name`` over method ``ref``,
-    paired per question (mean, low, high)."""
+    paired per question (mean, low, high). Decode ratios pair only questions that both runs decoded at least
+    the report's minimum of tokens for (:func:`speculative.bench.report.decode_counts`), as the report does."""
     done = runs(run)
     qids = sorted({q for q, _ in done})
 
     def t(r):
         return max(r["wall_time_s"] - r["prefill_time_s"], 1e-9) if decode else r["wall_time_s"]
 
-    ratios = [t(done[q, ref]) / t(done[q, name]) for q in qids if (q, ref) in done and (q, name) in done]
+    pairs = [(done[q, ref], done[q, name]) for q in qids if (q, ref) in done and (q, name) in done]
+    if decode:
+        pairs = [(a, b) for a, b in pairs if decode_counts(a) and decode_counts(b)]
+    ratios = [t(a) / t(b) for a, b in pairs]
     return geometric_mean_ci(ratios)
 
 
@@ -106,6 +110,13 @@ def is_unmodified(m: dict) -> bool:
 def fastest_unmodified_of(res: dict) -> str | None:
     peers = [m for m in res["methods"] if m.get("plain") and m["kind"] == "peer" and is_unmodified(m)]
     return max(peers, key=lambda m: m["speedup"]["mean"])["method"] if peers else None
+
+
+def fastest_unmodified_decoding(res: dict) -> str | None:
+    """The unmodified plain decoder that decoded fastest (prefill excluded), as the run's report chose it;
+    None for runs that did not record it (their decode column then uses the end-to-end fastest)."""
+    fp = res.get("fastest_plain") or {}
+    return fp.get("decode") if fp.get("unmodified") else None
 
 
 # ---- formatting --------------------------------------------------------------------------------------
@@ -133,8 +144,11 @@ def label(name: str, res: dict) -> str:
         out = out[: -len("(stock)")] + "(stock, unmodified)"
     elif name.split(" ")[0] in OUR_BUILD and "(" not in name:  # older runs' unlabelled in-process peer
         out += " (our build)"
-    if name == fastest_unmodified_of(res):
-        out += ", fastest"
+    e2e, dec = fastest_unmodified_of(res), fastest_unmodified_decoding(res)
+    if name == e2e:
+        out += ", fastest" if dec in (None, e2e) else ", fastest end to end"
+    elif name == dec:
+        out += ", fastest in decoding"
     return out
 
 
@@ -173,11 +187,12 @@ def methods_table(run_list: list[str], categories: bool = False) -> list[str]:
         res = results(run)
         target = TARGETS.get(res["config"]["target"], res["config"]["target"])
         ref = fastest_unmodified_of(res)
+        dref = fastest_unmodified_decoding(res) or ref
         for i, m in enumerate(res["methods"]):
             e2e = dec = {}
             if ref is not None:
                 g, lo, hi = paired(run, m["method"], ref)
-                gd, lod, hid = paired(run, m["method"], ref, decode=True)
+                gd, lod, hid = paired(run, m["method"], dref, decode=True)
                 e2e, dec = {"mean": g, "ci95": [lo, hi]}, {"mean": gd, "ci95": [lod, hid]}
             ours = m["speedup"]
             drafted = m.get("stats", {}).get("draft_tokens", 0)

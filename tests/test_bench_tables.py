@@ -61,3 +61,19 @@ def test_the_reference_is_chosen_by_the_recorded_flag_then_by_name(tables):
     assert tables.label("llama-cpp-python (stock)", res) == "llama-cpp-python (stock, unmodified), fastest"
     old = {"methods": [m("llama-server", 0.8), m("llama-cpp-python", 1.2)]}
     assert tables.fastest_unmodified_of(old) == "llama-server"
+
+
+def test_the_decode_column_is_the_reports_own_ratio(tables):
+    """The decode column compares with the run's fastest unmodified decoder in decoding (the stock
+    llama-cpp-python in the seventeenth version's gate, not llama-server, the fastest end to end) and pairs only
+    the questions the report counts: every method's cell is the report's own ``vs_fastest_plain`` figure."""
+    import json
+
+    run = "qwen-gate-v17-zen4"
+    res = json.loads((ROOT / "docs" / "bench" / run / "results.json").read_text())
+    assert res["fastest_plain"]["decode"] != res["fastest_plain"]["end_to_end"]
+    rows = tables.methods_table([run])[2:]
+    assert len(rows) == len(res["methods"])
+    for row, m in zip(rows, res["methods"]):
+        dec = m["vs_fastest_plain"]["decode_speedup"]
+        assert row.split(" | ")[3] == tables.ratio(dec["mean"], *dec["ci95"]), m["method"]
