@@ -34,7 +34,7 @@ INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
 ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
 XEON = "Intel Xeon (Sapphire Rapids class), AVX-512 with VNNI, 2 cores"
-MACHINE = {"qwen-gate-v17-zen4": ZEN4, "qwen-gate-v14-zen4": ZEN4, "qwen-gate-v14-xeon": XEON, "qwen-gate-v10-xeon": XEON, "qwen-agentic-clean-env-xeon": XEON, "qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+MACHINE = {"qwen-gate-v17b-zen4": ZEN4, "qwen-gate-v17-zen4": ZEN4, "qwen-gate-v14-zen4": ZEN4, "qwen-gate-v14-xeon": XEON, "qwen-gate-v10-xeon": XEON, "qwen-agentic-clean-env-xeon": XEON, "qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
 #: plain decoders that are not ours, by name, for runs that did not record the ``unmodified`` flag: their code
 #: and kernels are llama.cpp's (its default build) or PyTorch's, unmodified. The in-process llama-cpp-python peer
@@ -256,6 +256,7 @@ TABLES = {
         ("qwen-peers-v3", "ngram", ""),
         ("qwen-gate-4", "ngram", ""),
     ]),
+    "qwen-gate-v17b-zen4": lambda: methods_table(["qwen-gate-v17b-zen4"], categories=True),
     "qwen-gate-v17-zen4": lambda: methods_table(["qwen-gate-v17-zen4"], categories=True),
     "qwen-gate-v14-zen4": lambda: methods_table(["qwen-gate-v14-zen4"], categories=True),
     "qwen-gate-v14-xeon": lambda: methods_table(["qwen-gate-v14-xeon"], categories=True),
