@@ -69,14 +69,45 @@ class CostModel:
     steady: bool = field(default=True, repr=False, compare=False)
 
     def time(self, n: int) -> float:
-        """Estimated T(n) in seconds (n >= 1)."""
-        xs, ys = self.sizes, self.seconds
+        """Estimated T(n) in seconds (n >= 1), read through the table's monotone envelope.
+
+        A forward over n tokens costs no more than one over more tokens, so the table is read as a
+        non-decreasing one (:meth:`envelope`), then interpolated.
+        """
+        xs, ys = self.sizes, self.envelope()
         if n <= xs[0]:
             return ys[0] * n / xs[0]
         if n >= xs[-1]:
             slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else ys[-1] / xs[-1]
             return ys[-1] + slope * (n - xs[-1])
         return float(np.interp(n, xs, ys))
+
+    def envelope(self) -> list[float]:
+        """The table's entries made non-decreasing in n, as :meth:`time` reads them.
+
+        Where two sizes disagree (a smaller one costing more) the lower entry wins, on purpose: a size the
+        table overstates is one the policy never verifies, so live timings never correct it (a bent T(2),
+        1.5x T(1) where T(3) was 1.0x, kept single-token drafts from ever being verified: 1.07x where a
+        fixed draft of one token gave 1.28x, docs/policy.md), while an understated size gets verified and
+        timed at once. A size timed live in this process is lowered only by other live sizes, never by an
+        entry that merely follows them in proportion; such an entry is raised instead to the live sizes
+        below it. With nothing timed live (a table just read or measured) this is the suffix minimum.
+        """
+        ys = list(self.seconds)
+        live = [x in self.live for x in self.sizes]
+        low_all = low_live = math.inf
+        for i in range(len(ys) - 1, -1, -1):  # from the top: each entry at most those above it
+            ys[i] = min(ys[i], low_live if live[i] else low_all)
+            low_all = min(low_all, ys[i])
+            if live[i]:
+                low_live = min(low_live, ys[i])
+        high_live = -math.inf
+        for i in range(len(ys)):  # from the bottom: an entry that follows the live ones at least those below it
+            if live[i]:
+                high_live = max(high_live, ys[i])
+            else:
+                ys[i] = max(ys[i], high_live)
+        return ys
 
     def update(self, n: int, seconds: float) -> None:
         """Fold one measured forward of n tokens into the table; sizes not timed live yet scale along.
