@@ -4,6 +4,8 @@ import contextlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speculative.cost_model import (
     CostModel,
@@ -358,7 +360,8 @@ def test_an_unsteady_new_measurement_keeps_the_cached_table(tmp_path, monkeypatc
 def test_a_size_the_table_overstates_reads_as_the_next_larger_one():
     """The Zen 4 table of 2026-12-07: T(2) 1.53x T(1) where T(3)-T(5) were 1.16-1.23x. Read as it stood, one
     draft token never paid, so n = 2 was never verified and never corrected (no forward of 2 tokens in 6
-    prompts x 4 drafters); read non-decreasing, T(2) is T(4)'s and a single-token draft pays again."""
+    prompts x 4 drafters); read non-decreasing, T(2) is the least entry above it (T(4)'s) and a single-token
+    draft pays again."""
     from speculative.drafters.base import DraftProposal
     from speculative.selection import chain_length
 
@@ -392,3 +395,46 @@ def test_a_live_timing_is_lowered_only_by_live_ones():
         cm.update(2, 0.090)  # a burst of load on a rarely verified size
     assert cm.seconds[1] == pytest.approx(0.090, rel=1e-3)
     assert cm.time(2) == pytest.approx(0.050, rel=1e-3)  # read as the live T(4): verified again, so corrected
+
+
+def test_a_sizes_first_live_timing_starts_from_what_the_table_was_read_as():
+    """The bent T(2) (45.7 ms, read as T(4)'s 34.8): its first live timing, 25 ms, moves it from 34.8, not from
+    45.7, so that one verified single-token draft does not bring the bent entry back."""
+    ms = [29.9, 45.7, 36.7, 34.8, 34.9, 41.0, 51.9, 65.9, 79.3, 100.0]
+    cm = CostModel([1, 2, 3, 4, 5, 6, 8, 10, 12, 16], [t / 1000 for t in ms])
+    cm.update(2, 0.025)
+    assert cm.seconds[1] == pytest.approx(0.9 * 0.0348 + 0.1 * 0.025)
+    assert cm.time(2) <= cm.time(4)
+
+
+def test_t1_is_never_lowered_by_another_size():
+    """T(1), the most timed entry and the policy's reference, keeps its own value; a live T(2) that came out
+    below it (noise) reads as T(1)."""
+    cm = CostModel([1, 2, 4], [0.0247, 0.0250, 0.030])
+    for _ in range(50):
+        cm.update(1, 0.0247)
+        cm.update(2, 0.0232)
+    assert cm.time(1) == pytest.approx(0.0247, rel=1e-6) and cm.time(2) == pytest.approx(0.0247, rel=1e-6)
+
+
+def test_past_the_table_a_flat_last_segment_extrapolates_by_the_mean_slope():
+    cm = CostModel([1, 8, 12, 16], [0.010, 0.020, 0.040, 0.030])  # T(12) above T(16): read as T(16)
+    assert cm.time(12) == pytest.approx(0.030) and cm.time(16) == pytest.approx(0.030)
+    assert cm.time(17) == pytest.approx(0.030 + (0.030 - 0.010) / 15)
+
+
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=10), st.sets(st.integers(0, 9)))
+@settings(max_examples=300, deadline=None)
+def test_the_envelope_is_monotone_and_lowers_live_entries_only_by_live_ones(seconds, live_idx):
+    sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16][: len(seconds)]
+    cm = CostModel(list(sizes), list(seconds))
+    cm.live = {sizes[i] for i in live_idx if i < len(sizes)}
+    env = cm.envelope()
+    assert all(a <= b for a, b in zip(env, env[1:]))
+    assert env[0] == seconds[0]
+    for i, x in enumerate(sizes[1:], start=1):
+        above = [seconds[j] for j in range(i + 1, len(sizes)) if sizes[j] in cm.live or x not in cm.live]
+        assert env[i] >= min([seconds[i], *above]) or env[i] == pytest.approx(seconds[0])
+    if not cm.live:  # the suffix minimum, floored at T(1)
+        assert env == [seconds[0]] + [max(seconds[0], min(seconds[i:])) for i in range(1, len(seconds))]
+    assert [cm.time(x) for x in sizes] == pytest.approx(env)

@@ -61,6 +61,7 @@ class CostModel:
     #: sizes timed live in this process (the others are scaled along with them)
     live: set = field(default_factory=set, repr=False, compare=False)
     _measured: dict | None = field(default=None, repr=False, compare=False)  # the table before live timings
+    _envelope: tuple | None = field(default=None, repr=False, compare=False)  # (key, envelope()) of the last read
     #: where the table is cached, and its T(1) there (see :meth:`save_if_drifted`)
     cache_path: object = field(default=None, repr=False, compare=False)
     saved_t1: float = field(default=0.0, repr=False, compare=False)
@@ -72,41 +73,52 @@ class CostModel:
         """Estimated T(n) in seconds (n >= 1), read through the table's monotone envelope.
 
         A forward over n tokens costs no more than one over more tokens, so the table is read as a
-        non-decreasing one (:meth:`envelope`), then interpolated.
+        non-decreasing one (:meth:`envelope`), then interpolated; past the largest size it is extrapolated
+        by the envelope's last slope (its mean slope where the last segment came out flat).
         """
         xs, ys = self.sizes, self.envelope()
         if n <= xs[0]:
             return ys[0] * n / xs[0]
         if n >= xs[-1]:
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else ys[-1] / xs[-1]
+            if len(xs) == 1:
+                return ys[-1] * n / xs[-1]
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) or (ys[-1] - ys[0]) / (xs[-1] - xs[0])
             return ys[-1] + slope * (n - xs[-1])
         return float(np.interp(n, xs, ys))
 
     def envelope(self) -> list[float]:
-        """The table's entries made non-decreasing in n, as :meth:`time` reads them.
+        """The table's entries made non-decreasing in n, as :meth:`time` reads them (cached until they change).
 
         Where two sizes disagree (a smaller one costing more) the lower entry wins, on purpose: a size the
-        table overstates is one the policy never verifies, so live timings never correct it (a bent T(2),
-        1.5x T(1) where T(3) was 1.0x, kept single-token drafts from ever being verified: 1.07x where a
-        fixed draft of one token gave 1.28x, docs/policy.md), while an understated size gets verified and
-        timed at once. A size timed live in this process is lowered only by other live sizes, never by an
-        entry that merely follows them in proportion; such an entry is raised instead to the live sizes
-        below it. With nothing timed live (a table just read or measured) this is the suffix minimum.
+        table overstates is one the policy never verifies, so live timings never correct it (a table with
+        T(2) at 1.53 T(1) against 1.16-1.23 for T(3)-T(5) had the policy verify no single-token draft in 6
+        development prompts with 4 drafters: docs/policy.md), while an understated size gets verified and
+        timed at once. Three exceptions keep the lower entry from being merely the luckier of two noisy
+        ones: the smallest size (T(1), plain decoding's step: the most timed entry, the reference of the
+        policy's rate and savings) keeps its own value and every other size reads at least as much; a size
+        timed live in this process is lowered only by other live sizes, never by an entry that merely
+        follows them in proportion; such an entry is raised instead to the live sizes below it. With
+        nothing timed live (a table just read or measured) this is the suffix minimum, floored at T(1).
         """
+        key = (tuple(self.seconds), tuple(self.sizes), len(self.live))
+        if self._envelope is not None and self._envelope[0] == key:
+            return self._envelope[1]
         ys = list(self.seconds)
         live = [x in self.live for x in self.sizes]
         low_all = low_live = math.inf
-        for i in range(len(ys) - 1, -1, -1):  # from the top: each entry at most those above it
+        for i in range(len(ys) - 1, 0, -1):  # from the top: each entry at most those above it (T(1) kept)
             ys[i] = min(ys[i], low_live if live[i] else low_all)
             low_all = min(low_all, ys[i])
             if live[i]:
                 low_live = min(low_live, ys[i])
-        high_live = -math.inf
-        for i in range(len(ys)):  # from the bottom: an entry that follows the live ones at least those below it
+        high = ys[0]
+        for i in range(1, len(ys)):  # from the bottom: at least T(1); one that follows the live ones, at least those
             if live[i]:
-                high_live = max(high_live, ys[i])
+                ys[i] = max(ys[i], ys[0])
+                high = max(high, ys[i])
             else:
-                ys[i] = max(ys[i], high_live)
+                ys[i] = max(ys[i], high)
+        self._envelope = (key, ys)
         return ys
 
     def update(self, n: int, seconds: float) -> None:
@@ -122,6 +134,8 @@ class CostModel:
             self._measured = dict(zip(self.sizes, self.seconds))
         if n in self.sizes:
             i = self.sizes.index(n)
+            if n not in self.live:  # a size's first live timing starts from what the table was read as
+                self.seconds[i] = min(self.seconds[i], self.envelope()[i])
             # a stall (a page fault, another process) is one slow sample, never a fast one: capped at twice
             # the estimate, it moves a rarely timed size by 10% at most, while a real slow-down still
             # shows within a few samples

@@ -24,7 +24,7 @@ judges whether it paid: its measured net saving, accepted·T(1) - (drafting time
 time beyond T(1)), folded into the drafter's running average (a mean over about the last 20 drafted
 steps, :data:`SAVING_WEIGHT`), is not negative. Where the step was not timed alone (a server batch), a
 drafter that runs a network for each proposal is judged instead by whether its first token was worth
-verifying; so is one whose proposal came back empty. A step that did not pay
+verifying; so is such a drafter whose proposal came back empty. A step that did not pay
 doubles the number of steps the request then decodes plainly (1, 2, 4, ... at most
 :data:`MAX_SKIP`); one that paid resets it. Across requests the same average silences the drafter:
 while it is not positive, new requests decode plainly from the start (no drafter state, no hidden
@@ -158,8 +158,8 @@ class DraftPolicy:
         The averages are exact means over the first 1 / :data:`SAVING_WEIGHT` steps since the saving was
         (re)measured, exponential with that weight after. A step's saving is skewed (a head's steps lose
         a few ms most of the time and gain a whole T(1) when a token is accepted: median -2.6 ms, mean
-        +13.7 ms on 10 development prompts, docs/bench/head-policy-zen4), so a short average keeps dipping below 0 while drafting
-        pays, and each dip backs off."""
+        +13.7 ms on 10 development prompts, docs/bench/head-policy-zen4), so a short average keeps dipping
+        below 0 while drafting pays, and each dip backs off."""
         self.measure_net += seconds
         self.saving_steps = 1 if self.saving is None else self.saving_steps + 1
         w = max(1.0 / self.saving_steps, SAVING_WEIGHT)

@@ -43,7 +43,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--arms", default=",".join(name for name, *_ in ARMS), help="comma-separated arm names")
     a = ap.parse_args()
-    arms = [arm for arm in ARMS if arm[0] in a.arms.split(",")]
+    wanted = a.arms.split(",")
+    unknown = sorted(set(wanted) - {name for name, *_ in ARMS})
+    if unknown:
+        ap.error(f"unknown arm(s) {unknown}; the arms are {[name for name, *_ in ARMS]}")
+    arms = [arm for arm in ARMS if arm[0] in wanted]
     a.out.mkdir(parents=True, exist_ok=True)
     runs = a.out / "runs.jsonl"
     done = {}

@@ -1,6 +1,8 @@
-"""Which live forwards pull the shared cost table's T(n) up: per method and n, the forward times the engine
+"""(Run with the code of commit 74d4a48, before the envelope: time() read the table as it stood.)
+Which live forwards pull the shared cost table's T(n) up: per method and n, the forward times the engine
 folds into the table (dev prompts, bench-like: one target, one cost model shared by every method)."""
-import json, sys, statistics
+import statistics
+import sys
 from collections import defaultdict
 from speculative.backends import load_backend
 from speculative.bench.datasets import load_questions
