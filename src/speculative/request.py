@@ -405,7 +405,8 @@ class DecodeRequest:
         path, next_token = list(res.path), res.next_token
         if path and self.target.tree_spine_only and path[-1] not in tree_spine(parents):
             next_token = None
-        return path, next_token, [row(-1)] + [row(i) for i in path]
+        drawn_from = path if next_token is not None else path[:-1]  # rows the emitted tokens after the first came from
+        return path, next_token, [row(-1)] + [row(i) for i in drawn_from]
 
     # ---- emission and the end -----------------------------------------------------------------------
 
