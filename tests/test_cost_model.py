@@ -105,6 +105,42 @@ def test_shadow_scorer_counts_until_first_mismatch():
     assert sc.pending == []
 
 
+def test_a_kept_calibration_forgets_beyond_its_memory():
+    """A model drafter's calibration, kept across requests, weighs at most max_weight observations per
+    bucket, older ones fading exponentially: after 100 accepted and then 200 refused tokens it has
+    followed the change (rate 0.14; without the limit it would sit at 1/3)."""
+    from speculative.drafters.calibration import MEMORY_WEIGHT, confidence_calibration
+
+    cal = confidence_calibration()
+    assert cal.max_weight == MEMORY_WEIGHT
+    b = (5, 0)
+    for ok in [True] * 100 + [False] * 200:
+        cal.observe(b, ok)
+    s, n = cal.counts[b]
+    assert n == MEMORY_WEIGHT and s / n == pytest.approx((100 / 101) ** 200, rel=1e-6)
+    unlimited = AcceptanceCalibration(caution=0)
+    for ok in [True] * 100 + [False] * 200:
+        unlimited.observe(b, ok)
+    assert unlimited.counts[b] == [100.0, 300.0]
+
+
+def test_reach_rate_pools_a_draft_position_and_decides_whether_to_draft_on():
+    cal = AcceptanceCalibration(caution=0)
+    assert cal.reach_rate(1) == 0.5  # nothing observed yet
+    for b, accepted, seen in [(0, 1, 10), (9, 7, 8)]:
+        for i in range(seen):
+            cal.observe((b, 1), i < accepted)
+    cal.observe((9, 0), True)  # another position: not pooled
+    assert cal.reach_rate(1) == pytest.approx((1 + 8) / (2 + 18))
+    for i in range(4):  # positions at and past MAX_POS_BUCKET share a bucket
+        cal.observe((3, 3), i == 0)
+    assert cal.reach_rate(5) == cal.reach_rate(3) == pytest.approx(2 / 6)
+    # drafting token 1 after a first token accepted with probability 0.6 adds 0.6 * 0.45 = 0.27 tokens
+    assert cal.worth_drafting(0.6, 1, 0.25) and not cal.worth_drafting(0.6, 1, 0.3)
+    assert not cal.worth_drafting(0.35, 1, 0.3)  # the cumulative confidence alone would draft on
+    assert cal.worth_drafting(0.001, 1, 0.0)  # the fixed policy drafts the whole budget
+
+
 def test_choose_tree_nodes_by_path_probability():
     from speculative.cost_model import choose_tree_nodes
 

@@ -75,6 +75,27 @@ def test_rollback_equals_fresh_prefill_smollm2(smol, smol_weak_path, prompts10, 
         drafter.close()
 
 
+def test_a_model_drafter_keeps_its_calibration_across_requests(smol, smol_weak_path, prompts10):
+    """How the drafter's confidence predicts acceptance is learnt across requests (one calibration per
+    drafter, scored into by each request), not afresh per request; another drafter learns its own."""
+    drafter = build_drafter(f"model:{smol_weak_path}", smol)
+    other = build_drafter(f"model:{smol_weak_path}", smol)
+    try:
+        gen = SpeculativeGenerator(smol, drafter)
+        seen = []
+        for row in prompts10[:2]:
+            gen.generate(prompt_ids(gen, row), max_new_tokens=24, num_speculative_tokens=3, draft_policy="fixed")
+            seen.append(sum(n for _, n in drafter.calibration.counts.values()))
+        assert 0 < seen[0] < seen[1], seen  # the second request added to what the first learnt
+        st = drafter.start([1, 2, 3])
+        assert st.scorer.calibration is drafter.calibration
+        drafter.finish(st)
+        assert other.calibration is not drafter.calibration and not other.calibration.counts
+    finally:
+        drafter.close()
+        other.close()
+
+
 def test_rollback_past_gemma_sliding_window(gemma, gemma_weak_path, prompts10):
     long_row = next(r for r in prompts10 if r["category"] == "summarization")
     drafter = build_drafter(f"model:{gemma_weak_path}", gemma)

@@ -27,10 +27,35 @@ from speculative.config import GenerationConfig
 from speculative.cost_model import cached_verify_cost
 from speculative.drafters import BuildContext, build_drafter
 from speculative.drafters.base import NoDrafter
+from speculative.drafters.calibration import CONFIDENCE_PRIORS, MEMORY_WEIGHT, AcceptanceCalibration
 from speculative.engine import SpeculativeGenerator
 
 ARMS = [("plain", None, "fixed", 1), ("adaptive k=4", True, "adaptive", 4), ("fixed k=1", True, "fixed", 1),
-        ("fixed k=2", True, "fixed", 2), ("fixed k=3", True, "fixed", 3)]
+        ("fixed k=2", True, "fixed", 2), ("fixed k=3", True, "fixed", 3),
+        # the calibration's earlier rules, emulated here (see old_calibration): a fresh calibration per request,
+        # and the drafter drafting on while the cumulative confidence is at least the policy's threshold;
+        # "kept old-stop": the calibration kept across requests, the old stopping rule
+        ("per-request", "per-request", "adaptive", 4), ("kept old-stop", "old-stop", "adaptive", 4)]
+
+
+class _OldStop(AcceptanceCalibration):
+    """The stopping rule before the calibration was kept: draft on while cum >= min_confidence."""
+
+    def worth_drafting(self, cum: float, position: int, min_confidence: float) -> bool:
+        return min_confidence <= 0.0 or cum >= min_confidence
+
+
+def old_calibration(drafter, variant: str) -> None:
+    """Give ``drafter`` the old stopping rule, and with ``variant`` "per-request" a fresh calibration per request."""
+    drafter.calibration = _OldStop(prior=CONFIDENCE_PRIORS, max_weight=MEMORY_WEIGHT)
+    if variant == "per-request":
+        start = drafter.start
+
+        def fresh_start(prompt, messages=None, tenant=""):
+            drafter.calibration = _OldStop(prior=CONFIDENCE_PRIORS)
+            return start(prompt, messages, tenant)
+
+        drafter.start = fresh_start
 
 
 def main() -> int:
@@ -63,6 +88,8 @@ def main() -> int:
     gens = {}
     for name, drafted, _, _ in arms:
         drafter = build_drafter(a.drafter, target, ctx) if drafted else NoDrafter()
+        if isinstance(drafted, str):
+            old_calibration(drafter, drafted)
         gens[name] = SpeculativeGenerator(target, drafter, cfg, cost_model=cost)
     questions = load_questions(a.dataset)
     with runs.open("a") as f:

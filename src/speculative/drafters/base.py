@@ -25,6 +25,7 @@ import numpy as np
 
 from ..backends.base import Backend, ForwardRequest
 from ..sampling import Sampler
+from .calibration import confidence_calibration
 
 if TYPE_CHECKING:
     from ..constraints import DraftGuide
@@ -167,8 +168,9 @@ class Drafter(abc.ABC):
             max_tokens: most tokens (a tree: most depth) to propose.
             sampler: the request's sampler (a drafter that samples reports its processed q as ``probs``).
             rng: the request's random generator.
-            min_confidence: a drafter that pays per draft token may stop once the cumulative confidence
-                of its draft falls below this value (the adaptive policy would not verify further tokens).
+            min_confidence: what one more draft token costs, in tokens (0: the fixed policy, draft the whole
+                budget); a drafter that pays per draft token may stop once the next token is expected to add
+                less (:meth:`~speculative.drafters.calibration.AcceptanceCalibration.worth_drafting`).
             guide: the request's output constraint as a :class:`~speculative.constraints.DraftGuide`, for
                 :attr:`steerable` drafters; None when the output is unconstrained or the drafter is not steerable.
         """
@@ -202,13 +204,19 @@ class Drafter(abc.ABC):
 
 
 class ModelDrafter(Drafter):
-    """A drafter that runs a draft model (``model``, a backend of its own, one sequence per request)."""
+    """A drafter that runs a draft model (``model``, a backend of its own, one sequence per request).
+
+    Attributes:
+        calibration: how its confidence predicts acceptance, kept across requests
+            (:func:`~speculative.drafters.calibration.confidence_calibration`).
+    """
 
     runs_network = True
 
     def __init__(self, model: Backend):
         super().__init__()
         self.model = model
+        self.calibration = confidence_calibration()
 
     def non_embedding_parameters(self) -> int:
         return self.model.non_embedding_parameters()

@@ -1,4 +1,4 @@
-"""How far to trust a drafter: per-request acceptance estimates, calibrated on the request's own outcomes.
+"""How far to trust a drafter: acceptance estimates, calibrated on the drafter's own outcomes.
 
 A drafter rates each draft token with a bucket (what it knows about the token's reliability: an
 n-gram's match length, or a decile of its own probability, and the token's position in the draft);
@@ -7,9 +7,14 @@ bucket, and :class:`ShadowScorer` scores every proposal, verified or not, once t
 covers it ("shadow evaluation"). The adaptive policy (:mod:`speculative.policy`) weighs these
 estimates against the verification cost.
 
-The priors of model drafters (draft models, cross-vocabulary draft models, heads) live here, once:
-centred on the bin's raw confidence, worth 2 observations. N-gram priors are the n-gram drafter's
-own (:mod:`speculative.drafters.ngram`).
+A model drafter (draft model, cross-vocabulary draft model, head) keeps one calibration across
+requests (:func:`confidence_calibration`; each request scores into it through its own
+:class:`ShadowScorer`, :func:`confidence_scorer`): how well a network's probability predicts acceptance
+is a property of the network, and a request of 100 tokens fills few of its 40 buckets. Its priors live
+here, once: centred on the bin's raw confidence, worth 2 observations; a bucket forgets beyond
+:data:`MEMORY_WEIGHT` observations, so a workload that changes is followed. An n-gram drafter's buckets
+(match lengths) depend on the text at hand, so its calibration stays per request, with its own priors
+(:mod:`speculative.drafters.ngram`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ CONFIDENCE_PRIORS = {
     for b in range(N_BINS)
     for p in range(MAX_POS_BUCKET + 1)
 }
+#: the most observations a bucket of a model drafter's calibration weighs (older ones are forgotten in
+#: proportion): about the last 10–20 requests of 100 tokens at the first draft positions
+MEMORY_WEIGHT = 100.0
 
 
 def confidence_bucket(confidence: float, position: int) -> tuple[int, int]:
@@ -49,6 +57,9 @@ class AcceptanceCalibration:
     prior: dict[tuple, tuple[float, float]] = field(default_factory=dict)
     default_prior: tuple[float, float] = (1.0, 1.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
+    #: the most observations a bucket weighs (None: no limit); beyond, its counts are scaled down so
+    #: that the newest observations count in full and the old ones fade
+    max_weight: float | None = None
     #: estimates are the posterior mean minus this many posterior standard
     #: deviations: pessimistic while evidence is thin, since a rejected draft
     #: token costs more than an accepted one saves on compute-bound hardware
@@ -69,6 +80,30 @@ class AcceptanceCalibration:
         c = self.counts.setdefault(bucket, [0.0, 0.0])
         c[0] += 1.0 if accepted else 0.0
         c[1] += 1.0
+        if self.max_weight is not None and c[1] > self.max_weight:
+            c[0] *= self.max_weight / c[1]
+            c[1] = self.max_weight
+
+    def reach_rate(self, position: int) -> float:
+        """Mean acceptance of the draft tokens observed at ``position`` (capped at :data:`MAX_POS_BUCKET`;
+        the bucket's last element), whatever else their buckets say, given the tokens before them were
+        accepted: (1 + accepted) / (2 + observed), 0.5 before any observation.
+
+        What drafting one more token is worth before it is drafted: a drafter that reached cumulative
+        confidence ``cum`` expects ``cum * reach_rate(next position)`` more tokens from it."""
+        pos = min(position, MAX_POS_BUCKET)
+        s = n = 0.0
+        for bucket, (bs, bn) in self.counts.items():
+            if bucket and bucket[-1] == pos:
+                s, n = s + bs, n + bn
+        return (1.0 + s) / (2.0 + n)
+
+    def worth_drafting(self, cum: float, position: int, min_confidence: float) -> bool:
+        """Whether a drafter that pays per draft token should draft the token at ``position`` (0-based),
+        its draft so far accepted whole with probability ``cum``: the tokens it is expected to add,
+        ``cum * reach_rate(position)``, at least ``min_confidence`` (what one more draft token costs,
+        in tokens; 0 under the fixed policy: always)."""
+        return min_confidence <= 0.0 or cum * self.reach_rate(position) >= min_confidence
 
 
 @dataclass
@@ -111,6 +146,13 @@ class ShadowScorer:
         self.pending = []
 
 
-def confidence_scorer() -> ShadowScorer:
-    """A fresh per-request scorer with the model drafters' priors (:data:`CONFIDENCE_PRIORS`)."""
-    return ShadowScorer(AcceptanceCalibration(prior=CONFIDENCE_PRIORS))
+def confidence_calibration() -> AcceptanceCalibration:
+    """A model drafter's calibration, kept across its requests: the model drafters' priors
+    (:data:`CONFIDENCE_PRIORS`), each bucket weighing at most :data:`MEMORY_WEIGHT` observations."""
+    return AcceptanceCalibration(prior=CONFIDENCE_PRIORS, max_weight=MEMORY_WEIGHT)
+
+
+def confidence_scorer(calibration: AcceptanceCalibration | None = None) -> ShadowScorer:
+    """A request's scorer that folds its outcomes into ``calibration`` (the drafter's own, kept across
+    requests; None: a fresh one, :func:`confidence_calibration`)."""
+    return ShadowScorer(calibration if calibration is not None else confidence_calibration())

@@ -180,7 +180,7 @@ class CrossVocabDrafter(ModelDrafter):
             prompt_len=len(prompt),
             seq_id=m.allocate_sequence(dprompt),
             dprompt=dprompt,
-            scorer=confidence_scorer(),
+            scorer=confidence_scorer(self.calibration),
         )
 
     def _absorb(self, st: CrossVocabState, context: Sequence[int]) -> None:
@@ -316,7 +316,7 @@ class CrossVocabDrafter(ModelDrafter):
             ids = ids[:max_tokens]
             conf, buckets = self._target_confidence(ids, new, dconf, dend, len(tail), cal)
             cum = float(np.prod(conf)) if conf else 1.0
-            if final or len(ids) >= max_tokens or (conf and cum < min_conf):
+            if final or len(ids) >= max_tokens or (conf and not cal.worth_drafting(cum, len(ids), min_conf)):
                 break
         # the drafted tokens extend the drafter's sequence (the last one is not fed yet)
         self._set_dtoks(st, len(st.dtoks), drafted)
@@ -379,7 +379,7 @@ class CrossVocabDrafter(ModelDrafter):
             conf.append(c)
             pending = [tok]
             cum *= c
-            if cum < min_conf or t in eog:
+            if t in eog or not cal.worth_drafting(cum, i + 1, min_conf):
                 break
         self._set_dtoks(st, len(st.dtoks), drafted)
         st.scorer.record(len(st.tcum) - 1 + st.prompt_len, ids, buckets)

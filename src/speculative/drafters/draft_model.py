@@ -87,7 +87,7 @@ class DraftModelDrafter(ModelDrafter):
         return DraftModelState(
             prompt_len=len(prompt),
             seq_id=self.model.allocate_sequence(prompt),
-            scorer=confidence_scorer(),
+            scorer=confidence_scorer(self.calibration),
         )
 
     def _window(self, st: DraftModelState, context: Sequence[int], max_tokens: int) -> Sequence[int]:
@@ -108,8 +108,10 @@ class DraftModelDrafter(ModelDrafter):
         state.offset = max(state.offset, len(context) - max(1, int(n_tokens)))
 
     def propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0, guide=None) -> DraftProposal:
-        """Draft autoregressively until ``max_tokens`` or until the cumulative confidence falls below
-        ``min_confidence`` (the policy backs off from a draft model whose first token keeps falling short).
+        """Draft autoregressively until ``max_tokens`` or until the next token is expected to add less than
+        ``min_confidence`` tokens, its cost: the draft so far accepted whole with probability ``cum``, times
+        the calibrated acceptance at the next position
+        (:meth:`~speculative.drafters.calibration.AcceptanceCalibration.worth_drafting`).
 
         With ``guide`` (an output constraint) the draft model's logits are masked to the allowed
         tokens before sampling, so the reported q is the masked distribution it sampled from;
@@ -151,8 +153,8 @@ class DraftModelDrafter(ModelDrafter):
                 probs.append(q)
             pending = [tok]
             cum *= c
-            if cum < min_confidence:
-                break  # further tokens would not be verified
+            if not cal.worth_drafting(cum, i + 1, min_confidence):
+                break  # the next token would not be worth its cost
             if guide is not None and (not guide.push(tok) or guide.stopped):
                 break  # the draft completes the grammar: nothing may follow
         # the last draft token is not fed: if all are accepted, the next proposal feeds it

@@ -25,7 +25,13 @@ import numpy as np
 
 from ..errors import ConfigError, VocabularyMismatchError
 from .base import HEAD_PRECISIONS, DraftProposal, DraftState, Drafter
-from .calibration import AcceptanceCalibration, ShadowScorer, confidence_bucket, confidence_scorer
+from .calibration import (
+    AcceptanceCalibration,
+    ShadowScorer,
+    confidence_bucket,
+    confidence_calibration,
+    confidence_scorer,
+)
 
 
 class _TreeBuilder:
@@ -145,6 +151,8 @@ class _HeadDrafter(Drafter):
         import torch
 
         from .head_nets import load_head
+
+        self.calibration = confidence_calibration()  # kept across requests
 
         self.folder = Path(folder)
         if not (self.folder / "drafter.json").is_file():
@@ -289,7 +297,7 @@ class EagleDrafter(_HeadDrafter):
     def start(self, prompt, messages=None, tenant="") -> HeadState:
         from .head_nets import HeadCache
 
-        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=confidence_scorer())
+        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=confidence_scorer(self.calibration))
         st.first = max(0, len(prompt) - self.hidden_window)
         return st
 
@@ -334,7 +342,7 @@ class EagleDrafter(_HeadDrafter):
             if not bool(torch.isfinite(probs).all()):
                 break  # a diverged prediction: propose what is drafted so far
             cum *= tb.add_level(probs, self.vocab_ids, depth)
-            if depth + 1 >= max_tokens or cum < min_confidence:
+            if depth + 1 >= max_tokens or not tb.cal.worth_drafting(cum, depth + 1, min_confidence):
                 break
             tok = torch.tensor([tb.spine_token])
             feat = self.head.step(feat[None], self.weights.embed_tokens(tok), state.cache)[0]
@@ -412,7 +420,7 @@ class MedusaDrafter(_HeadDrafter):
         return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
 
     def start(self, prompt, messages=None, tenant="") -> HeadState:
-        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer())
+        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer(self.calibration))
 
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
