@@ -141,6 +141,36 @@ def test_reach_rate_pools_a_draft_position_and_decides_whether_to_draft_on():
     assert cal.worth_drafting(0.001, 1, 0.0)  # the fixed policy drafts the whole budget
 
 
+def test_reach_rate_is_the_positions_own_tally_and_fades_per_request():
+    """reach_rate weighs every observation at a position (not the sum of capped buckets, which would count
+    a rare decile as much as a common one), and fades once per request, so that a position below the
+    drafting bar, never drafted again, returns to the prior and is tried again."""
+    from speculative.drafters.calibration import REACH_DECAY, confidence_calibration
+
+    cal = confidence_calibration()
+    for i in range(300):
+        cal.observe((1, 1), i % 10 == 0)  # a common decile, 10% accepted: its bucket caps at 100
+    for i in range(20):
+        cal.observe((9, 1), i < 18)  # a rare one, 90%
+    assert cal.reach_rate(1) == pytest.approx((1 + 30 + 18) / (2 + 320))  # capped buckets would give 0.24
+    assert not cal.worth_drafting(1.0, 1, 0.2)
+    requests = next((r for r in range(1, 200) if cal.begin_request() or cal.worth_drafting(1.0, 1, 0.2)), None)
+    assert requests is not None and 5 <= requests <= 60 and REACH_DECAY < 1  # no observation at position 1 meanwhile
+
+
+def test_each_tenant_has_its_own_calibration(monkeypatch):
+    from speculative.drafters import calibration
+
+    monkeypatch.setattr(calibration, "MAX_TENANTS", 2)
+    tc = calibration.TenantCalibrations()
+    a, b = tc.get("a"), tc.get("b")
+    assert a is not b and tc.get("a") is a
+    a.observe((0, 0), True)
+    assert not b.counts
+    tc.get("c")  # "b" is the least recently used: forgotten
+    assert tc.get("a") is a and tc.get("b") is not b
+
+
 def test_choose_tree_nodes_by_path_probability():
     from speculative.cost_model import choose_tree_nodes
 

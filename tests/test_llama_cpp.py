@@ -11,6 +11,8 @@ from speculative.backends.base import ForwardRequest
 from speculative.drafters import DraftModelDrafter, NgramDrafter, build_drafter
 from speculative.drafters.base import NoDrafter
 from speculative.numerics import check_batch_invariance
+from speculative.config import SamplingParams
+from speculative.sampling import Sampler
 
 MODELS = ["smol", "gemma"]
 
@@ -77,20 +79,36 @@ def test_rollback_equals_fresh_prefill_smollm2(smol, smol_weak_path, prompts10, 
 
 def test_a_model_drafter_keeps_its_calibration_across_requests(smol, smol_weak_path, prompts10):
     """How the drafter's confidence predicts acceptance is learnt across requests (one calibration per
-    drafter, scored into by each request), not afresh per request; another drafter learns its own."""
+    drafter and tenant, scored into by each request), not afresh per request; another drafter, or another
+    tenant, learns its own. With a drafting bar (min_confidence > 0: the adaptive policy's) it asks, before
+    each further token, whether that token is worth drafting, for positions 1, 2, ... of its draft."""
     drafter = build_drafter(f"model:{smol_weak_path}", smol)
     other = build_drafter(f"model:{smol_weak_path}", smol)
+    asked = []
     try:
         gen = SpeculativeGenerator(smol, drafter)
+        cal = drafter.calibrations.get("")
         seen = []
         for row in prompts10[:2]:
             gen.generate(prompt_ids(gen, row), max_new_tokens=24, num_speculative_tokens=3, draft_policy="fixed")
-            seen.append(sum(n for _, n in drafter.calibration.counts.values()))
+            seen.append(sum(n for _, n in cal.counts.values()))
         assert 0 < seen[0] < seen[1], seen  # the second request added to what the first learnt
         st = drafter.start([1, 2, 3])
-        assert st.scorer.calibration is drafter.calibration
+        assert st.scorer.calibration is cal
         drafter.finish(st)
-        assert other.calibration is not drafter.calibration and not other.calibration.counts
+        assert not other.calibrations.get("").counts
+        tenant = drafter.calibrations.get("tenant-a")
+        gen.generate(prompt_ids(gen, prompts10[2]), max_new_tokens=24, num_speculative_tokens=3,
+                     draft_policy="fixed", tenant="tenant-a")
+        assert tenant.counts and sum(n for _, n in cal.counts.values()) == seen[1]  # tenant-a's alone
+        # with a drafting bar (the adaptive policy's), the drafter asks whether each further token is worth
+        # drafting, at positions 1, 2, ... (here k = 3: positions 1 and 2)
+        cal.worth_drafting = lambda cum, position, min_confidence: asked.append(position) or True
+        ids = prompt_ids(gen, prompts10[3])
+        st = drafter.start(ids)
+        p = drafter.propose(st, ids, 3, Sampler(SamplingParams()), np.random.default_rng(0), min_confidence=1e-9)
+        drafter.finish(st)
+        assert len(p.tokens) == 3 and asked == [1, 2], asked
     finally:
         drafter.close()
         other.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_greedy_identical, next_logits_fresh
+from conftest import FrozenCost, assert_greedy_identical, next_logits_fresh
 from test_sampling_real import _wrong as _forgetful  # samples p itself on rejection, not the residual
 from scipy import stats
 
@@ -56,6 +56,25 @@ def test_head_is_greedy_identical_with_drafts_accepted_and_rejected(gen, prompts
             accepted += r.stats.accepted_tokens
             rejected += r.stats.draft_tokens - r.stats.accepted_tokens
     assert accepted > 0 and rejected > 0, (accepted, rejected)
+
+
+def test_the_head_keeps_its_calibration_and_asks_for_each_further_position(gen):
+    """The head's calibration is kept across requests (it grows over the module's requests); under the
+    adaptive policy the head asks, before each further draft token, whether it is worth drafting, at
+    positions 1 .. k - 1 of its draft (never 0: the first token is always drafted)."""
+    cal = gen.drafter.calibrations.get("")
+    adaptive = SpeculativeGenerator(gen.target, gen.drafter, cost_model=FrozenCost([1, 16], [0.03, 0.03]))
+    asked = []
+    cal.worth_drafting = lambda cum, position, min_confidence: asked.append(position) or True
+    try:
+        ids = gen.encode_prompt(CODE)
+        adaptive.generate(ids, max_new_tokens=16, num_speculative_tokens=4, draft_policy="adaptive")
+        before = sum(n for _, n in cal.counts.values())
+        adaptive.generate(ids, max_new_tokens=16, num_speculative_tokens=4, draft_policy="adaptive")
+    finally:
+        del cal.worth_drafting
+    assert before > 0 and sum(n for _, n in cal.counts.values()) > before
+    assert asked and min(asked) == 1 and max(asked) <= 3, asked
 
 
 N_SAMPLES = 20000

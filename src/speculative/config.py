@@ -121,7 +121,8 @@ class GenerationConfig:
             ``json_schema=``, ``regex=``, ``grammar=`` or ``json_object=True``.
         tenant: whose request it is (the server sets it from the API key and the ``user`` field); a
             drafter that learns across requests (``suffix``) learns and drafts per tenant, so that no
-            request's drafts, acceptance or timing depend on another tenant's text. "" by default.
+            request's drafts, acceptance or timing depend on another tenant's text; model drafters keep
+            their acceptance calibration per tenant too. "" by default.
     """
 
     max_new_tokens: int = 128

@@ -226,8 +226,9 @@ class DraftPolicy:
         return m_max
 
     def min_confidence(self, st: PolicyState, stats: GenerationStats) -> float:
-        """The cumulative confidence below which a drafter may stop drafting: what one more draft token
-        costs, on average over k, in tokens at the request's rate (0 under the fixed policy)."""
+        """What one more draft token costs, on average over k, in tokens at the request's rate (0 under the
+        fixed policy): a drafter stops once the next token is expected to add less
+        (:meth:`~speculative.drafters.calibration.AcceptanceCalibration.worth_drafting`)."""
         if st.cost is None:
             return 0.0
         t1 = st.cost.time(1)

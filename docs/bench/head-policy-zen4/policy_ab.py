@@ -45,17 +45,19 @@ class _OldStop(AcceptanceCalibration):
         return min_confidence <= 0.0 or cum >= min_confidence
 
 
+class _OneCalibration:
+    """Stands in for a drafter's TenantCalibrations: the same calibration for every request, or a fresh one."""
+
+    def __init__(self, fresh: bool):
+        self.fresh, self.cal = fresh, _OldStop(prior=CONFIDENCE_PRIORS, max_weight=MEMORY_WEIGHT)
+
+    def get(self, tenant: str = "") -> AcceptanceCalibration:
+        return _OldStop(prior=CONFIDENCE_PRIORS) if self.fresh else self.cal
+
+
 def old_calibration(drafter, variant: str) -> None:
     """Give ``drafter`` the old stopping rule, and with ``variant`` "per-request" a fresh calibration per request."""
-    drafter.calibration = _OldStop(prior=CONFIDENCE_PRIORS, max_weight=MEMORY_WEIGHT)
-    if variant == "per-request":
-        start = drafter.start
-
-        def fresh_start(prompt, messages=None, tenant=""):
-            drafter.calibration = _OldStop(prior=CONFIDENCE_PRIORS)
-            return start(prompt, messages, tenant)
-
-        drafter.start = fresh_start
+    drafter.calibrations = _OneCalibration(fresh=variant == "per-request")
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..backends.base import Backend, ForwardRequest
 from ..sampling import Sampler
-from .calibration import confidence_calibration
+from .calibration import TenantCalibrations
 
 if TYPE_CHECKING:
     from ..constraints import DraftGuide
@@ -113,8 +113,9 @@ class Drafter(abc.ABC):
     #: True for drafters that run a network for every proposal (draft models, heads): the policy backs
     #: off from one whose proposals are not worth verifying (:class:`~speculative.policy.DraftPolicy`)
     runs_network: bool = False
-    #: True for drafters that keep what they saw across requests (suffix decoding): they keep it per
-    #: tenant, and the generator keeps their draft policy per tenant too
+    #: True for drafters that keep the text they saw across requests (suffix decoding): they keep it per
+    #: tenant, and the generator keeps their draft policy per tenant too (a model drafter keeps only its
+    #: acceptance calibration across requests, per tenant as well)
     learns_across_requests: bool = False
     #: the draft model this drafter runs on a backend of its own, if any: the policy reads its
     #: measured T(1) as the prior of the drafter's cost, the statistics its forward time
@@ -207,8 +208,8 @@ class ModelDrafter(Drafter):
     """A drafter that runs a draft model (``model``, a backend of its own, one sequence per request).
 
     Attributes:
-        calibration: how its confidence predicts acceptance, kept across requests
-            (:func:`~speculative.drafters.calibration.confidence_calibration`).
+        calibrations: how its confidence predicts acceptance, kept across requests, one per tenant
+            (:class:`~speculative.drafters.calibration.TenantCalibrations`).
     """
 
     runs_network = True
@@ -216,7 +217,7 @@ class ModelDrafter(Drafter):
     def __init__(self, model: Backend):
         super().__init__()
         self.model = model
-        self.calibration = confidence_calibration()
+        self.calibrations = TenantCalibrations()
 
     def non_embedding_parameters(self) -> int:
         return self.model.non_embedding_parameters()
@@ -230,6 +231,9 @@ class ModelDrafter(Drafter):
         return pending[-1:], time.perf_counter() - t0, len(pending) - 1
 
     def finish(self, state: DraftState, context: Sequence[int] | None = None) -> None:
+        scorer = getattr(state, "scorer", None)
+        if scorer is not None and context is not None:
+            scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
         self.model.release_sequence(state.seq_id)
 
     def reset_caches(self) -> None:

@@ -7,8 +7,8 @@ bucket, and :class:`ShadowScorer` scores every proposal, verified or not, once t
 covers it ("shadow evaluation"). The adaptive policy (:mod:`speculative.policy`) weighs these
 estimates against the verification cost.
 
-A model drafter (draft model, cross-vocabulary draft model, head) keeps one calibration across
-requests (:func:`confidence_calibration`; each request scores into it through its own
+A model drafter (draft model, cross-vocabulary draft model, head) keeps one calibration per tenant
+across requests (:class:`TenantCalibrations`; each request scores into it through its own
 :class:`ShadowScorer`, :func:`confidence_scorer`): how well a network's probability predicts acceptance
 is a property of the network, and a request of 100 tokens fills few of its 40 buckets. Its priors live
 here, once: centred on the bin's raw confidence, worth 2 observations; a bucket forgets beyond
@@ -20,6 +20,7 @@ here, once: centred on the bin's raw confidence, worth 2 observations; a bucket 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,11 @@ CONFIDENCE_PRIORS = {
 #: the most observations a bucket of a model drafter's calibration weighs (older ones are forgotten in
 #: proportion): about the last 10–20 requests of 100 tokens at the first draft positions
 MEMORY_WEIGHT = 100.0
+#: the factor by which a calibration's per-position tallies (:meth:`AcceptanceCalibration.reach_rate`) fade at
+#: each request's start: about the last 10 requests count
+REACH_DECAY = 0.9
+#: most tenants whose calibration a model drafter keeps (the least recently used goes first)
+MAX_TENANTS = 10_000
 
 
 def confidence_bucket(confidence: float, position: int) -> tuple[int, int]:
@@ -60,6 +66,8 @@ class AcceptanceCalibration:
     #: the most observations a bucket weighs (None: no limit); beyond, its counts are scaled down so
     #: that the newest observations count in full and the old ones fade
     max_weight: float | None = None
+    #: accepted and observed draft tokens per draft position (capped at MAX_POS_BUCKET), for reach_rate
+    reach: dict[int, list[float]] = field(default_factory=dict)
     #: estimates are the posterior mean minus this many posterior standard
     #: deviations: pessimistic while evidence is thin, since a rejected draft
     #: token costs more than an accepted one saves on compute-bound hardware
@@ -83,19 +91,29 @@ class AcceptanceCalibration:
         if self.max_weight is not None and c[1] > self.max_weight:
             c[0] *= self.max_weight / c[1]
             c[1] = self.max_weight
+        if bucket and isinstance(bucket[-1], int):  # the position's own tally, for reach_rate (uncapped: a sum
+            r = self.reach.setdefault(min(bucket[-1], MAX_POS_BUCKET), [0.0, 0.0])  # of capped buckets is skewed)
+            r[0] += 1.0 if accepted else 0.0
+            r[1] += 1.0
+
+    def begin_request(self) -> None:
+        """A request starts: the positions' tallies (:meth:`reach_rate`) fade by :data:`REACH_DECAY`.
+
+        A position below the drafting bar is never drafted, so never observed again; fading, its estimate
+        returns to the prior (0.5) within a few dozen requests and the position is tried again."""
+        for r in self.reach.values():
+            r[0] *= REACH_DECAY
+            r[1] *= REACH_DECAY
 
     def reach_rate(self, position: int) -> float:
         """Mean acceptance of the draft tokens observed at ``position`` (capped at :data:`MAX_POS_BUCKET`;
-        the bucket's last element), whatever else their buckets say, given the tokens before them were
-        accepted: (1 + accepted) / (2 + observed), 0.5 before any observation.
+        a bucket's last element), whatever else their buckets say, given the tokens before them were
+        accepted: (1 + accepted) / (2 + observed) over the tallies of :meth:`observe` (faded per request,
+        :meth:`begin_request`), 0.5 before any observation.
 
         What drafting one more token is worth before it is drafted: a drafter that reached cumulative
         confidence ``cum`` expects ``cum * reach_rate(next position)`` more tokens from it."""
-        pos = min(position, MAX_POS_BUCKET)
-        s = n = 0.0
-        for bucket, (bs, bn) in self.counts.items():
-            if bucket and bucket[-1] == pos:
-                s, n = s + bs, n + bn
+        s, n = self.reach.get(min(position, MAX_POS_BUCKET), (0.0, 0.0))
         return (1.0 + s) / (2.0 + n)
 
     def worth_drafting(self, cum: float, position: int, min_confidence: float) -> bool:
@@ -147,12 +165,31 @@ class ShadowScorer:
 
 
 def confidence_calibration() -> AcceptanceCalibration:
-    """A model drafter's calibration, kept across its requests: the model drafters' priors
+    """A model drafter's calibration, kept across requests: the model drafters' priors
     (:data:`CONFIDENCE_PRIORS`), each bucket weighing at most :data:`MEMORY_WEIGHT` observations."""
     return AcceptanceCalibration(prior=CONFIDENCE_PRIORS, max_weight=MEMORY_WEIGHT)
 
 
+class TenantCalibrations:
+    """A model drafter's calibrations, one per tenant (the server's API key or ``user`` field; "" for the
+    CLI and library), so that how much it drafts for one tenant never depends on another's requests; the
+    least recently used beyond :data:`MAX_TENANTS` is forgotten."""
+
+    def __init__(self) -> None:
+        self._by_tenant: OrderedDict[str, AcceptanceCalibration] = OrderedDict()
+
+    def get(self, tenant: str = "") -> AcceptanceCalibration:
+        cal = self._by_tenant.pop(tenant, None) or confidence_calibration()
+        self._by_tenant[tenant] = cal
+        while len(self._by_tenant) > MAX_TENANTS:
+            self._by_tenant.popitem(last=False)
+        return cal
+
+
 def confidence_scorer(calibration: AcceptanceCalibration | None = None) -> ShadowScorer:
-    """A request's scorer that folds its outcomes into ``calibration`` (the drafter's own, kept across
-    requests; None: a fresh one, :func:`confidence_calibration`)."""
-    return ShadowScorer(calibration if calibration is not None else confidence_calibration())
+    """A request's scorer that folds its outcomes into ``calibration`` (the drafter's own for the request's
+    tenant, kept across requests; None: a fresh one, :func:`confidence_calibration`), whose per-position
+    tallies fade once per request (:meth:`AcceptanceCalibration.begin_request`)."""
+    cal = calibration if calibration is not None else confidence_calibration()
+    cal.begin_request()
+    return ShadowScorer(cal)

@@ -180,7 +180,7 @@ class CrossVocabDrafter(ModelDrafter):
             prompt_len=len(prompt),
             seq_id=m.allocate_sequence(dprompt),
             dprompt=dprompt,
-            scorer=confidence_scorer(self.calibration),
+            scorer=confidence_scorer(self.calibrations.get(tenant)),
         )
 
     def _absorb(self, st: CrossVocabState, context: Sequence[int]) -> None:
@@ -325,8 +325,8 @@ class CrossVocabDrafter(ModelDrafter):
 
     def _target_confidence(self, ids, new: bytes, dconf, dend, skip: int, cal):
         """Per target token: the product of the drafter's probabilities of the drafted tokens that
-        overlap its bytes (a control token: its own probability), mapped through the request's
-        calibration by (bin, position)."""
+        overlap its bytes (a control token: its own probability), mapped through the drafter's
+        calibration (the request's tenant's) by (bin, position)."""
         conf, buckets = [], []
         starts = [0] + dend[:-1]
         pos = skip  # target tokens' bytes start after the completed character, in the draft text
@@ -379,7 +379,7 @@ class CrossVocabDrafter(ModelDrafter):
             conf.append(c)
             pending = [tok]
             cum *= c
-            if t in eog or not cal.worth_drafting(cum, i + 1, min_conf):
+            if t in eog or (i + 1 < max_tokens and not cal.worth_drafting(cum, i + 1, min_conf)):
                 break
         self._set_dtoks(st, len(st.dtoks), drafted)
         st.scorer.record(len(st.tcum) - 1 + st.prompt_len, ids, buckets)

@@ -87,7 +87,7 @@ class DraftModelDrafter(ModelDrafter):
         return DraftModelState(
             prompt_len=len(prompt),
             seq_id=self.model.allocate_sequence(prompt),
-            scorer=confidence_scorer(self.calibration),
+            scorer=confidence_scorer(self.calibrations.get(tenant)),
         )
 
     def _window(self, st: DraftModelState, context: Sequence[int], max_tokens: int) -> Sequence[int]:
@@ -153,7 +153,7 @@ class DraftModelDrafter(ModelDrafter):
                 probs.append(q)
             pending = [tok]
             cum *= c
-            if not cal.worth_drafting(cum, i + 1, min_confidence):
+            if i + 1 < max_tokens and not cal.worth_drafting(cum, i + 1, min_confidence):
                 break  # the next token would not be worth its cost
             if guide is not None and (not guide.push(tok) or guide.stopped):
                 break  # the draft completes the grammar: nothing may follow

@@ -25,13 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError, VocabularyMismatchError
 from .base import HEAD_PRECISIONS, DraftProposal, DraftState, Drafter
-from .calibration import (
-    AcceptanceCalibration,
-    ShadowScorer,
-    confidence_bucket,
-    confidence_calibration,
-    confidence_scorer,
-)
+from .calibration import AcceptanceCalibration, ShadowScorer, TenantCalibrations, confidence_bucket, confidence_scorer
 
 
 class _TreeBuilder:
@@ -152,7 +146,7 @@ class _HeadDrafter(Drafter):
 
         from .head_nets import load_head
 
-        self.calibration = confidence_calibration()  # kept across requests
+        self.calibrations = TenantCalibrations()  # kept across requests, per tenant
 
         self.folder = Path(folder)
         if not (self.folder / "drafter.json").is_file():
@@ -297,7 +291,8 @@ class EagleDrafter(_HeadDrafter):
     def start(self, prompt, messages=None, tenant="") -> HeadState:
         from .head_nets import HeadCache
 
-        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=confidence_scorer(self.calibration))
+        scorer = confidence_scorer(self.calibrations.get(tenant))
+        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=scorer)
         st.first = max(0, len(prompt) - self.hidden_window)
         return st
 
@@ -349,6 +344,8 @@ class EagleDrafter(_HeadDrafter):
         return tb.proposal(state.scorer, len(context), bool(self.tree))
 
     def finish(self, state, context=None) -> None:
+        if context is not None:
+            state.scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
         state.feats.clear()
 
 
@@ -420,7 +417,7 @@ class MedusaDrafter(_HeadDrafter):
         return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
 
     def start(self, prompt, messages=None, tenant="") -> HeadState:
-        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer(self.calibration))
+        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer(self.calibrations.get(tenant)))
 
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
@@ -440,4 +437,6 @@ class MedusaDrafter(_HeadDrafter):
         return tb.proposal(state.scorer, len(context), bool(self.tree))
 
     def finish(self, state, context=None) -> None:
+        if context is not None:
+            state.scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
         state.feats.clear()
