@@ -193,7 +193,8 @@ class Drafter(abc.ABC):
 
     def finish(self, state: DraftState, context: Sequence[int] | None = None) -> None:
         """The request ended with ``context`` (prompt + every committed token; None when unknown): free its
-        state (a drafter that learns across requests keeps the context for later ones)."""
+        state (a drafter that learns across requests keeps the context for later ones; a model drafter
+        scores its last proposal into the calibration it keeps)."""
 
     # ---- the drafter's lifetime -------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ MAX_POS_BUCKET = 3
 #: confidence deciles of a model drafter's buckets
 N_BINS = 10
 #: Beta priors of a model drafter's (confidence bin, position) buckets, centred on the bin's raw
-#: confidence (trust the model until the request's own outcomes say otherwise), worth 2 observations
+#: confidence (trust the model until the outcomes of its tenant's requests say otherwise), worth 2 observations
 CONFIDENCE_PRIORS = {
     (b, p): (2.0 * (b + 0.5) / N_BINS, 2.0 * (1 - (b + 0.5) / N_BINS))
     for b in range(N_BINS)
@@ -172,8 +172,9 @@ def confidence_calibration() -> AcceptanceCalibration:
 
 class TenantCalibrations:
     """A model drafter's calibrations, one per tenant (the server's API key or ``user`` field; "" for the
-    CLI and library), so that how much it drafts for one tenant never depends on another's requests; the
-    least recently used beyond :data:`MAX_TENANTS` is forgotten."""
+    CLI and library), so that a tenant's acceptance estimates come from its own requests alone (the draft
+    policy of a model drafter, its measured saving and back-off, is still one for all tenants); the least
+    recently used beyond :data:`MAX_TENANTS` is forgotten."""
 
     def __init__(self) -> None:
         self._by_tenant: OrderedDict[str, AcceptanceCalibration] = OrderedDict()

@@ -21,7 +21,8 @@ CAL.AcceptanceCalibration.observe = obs
 target = load_backend("qwen2.5-coder-1.5b-instruct", "llama.cpp", n_ctx=4096, n_threads=2, numerics="exact")
 cost = cached_verify_cost(target)
 ctx = BuildContext(backend="llama.cpp", n_threads=2, numerics="exact", n_ctx=4096)
-gen = SpeculativeGenerator(target, build_drafter(sys.argv[1], target, ctx), GenerationConfig().with_(max_new_tokens=128),
+gen = SpeculativeGenerator(target, build_drafter(sys.argv[1], target, ctx),
+                           GenerationConfig().with_(max_new_tokens=128),
                            cost_model=cost)
 lo, hi = int(sys.argv[2]), int(sys.argv[3])
 for q in load_questions("dev")[lo:hi]:
