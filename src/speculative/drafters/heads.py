@@ -241,6 +241,11 @@ class _HeadDrafter(Drafter):
                 self._threads_before = self._torch.get_num_threads()  # restored by close()
             self._torch.set_num_threads(n)
 
+    def finish(self, state, context=None) -> None:
+        if context is not None:
+            state.scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
+        state.feats.clear()
+
     def close(self) -> None:
         if self._threads_before is not None:  # the process's PyTorch thread count as it was before drafting
             self._torch.set_num_threads(self._threads_before)
@@ -343,11 +348,6 @@ class EagleDrafter(_HeadDrafter):
             feat = self.head.step(feat[None], self.weights.embed_tokens(tok), state.cache)[0]
         return tb.proposal(state.scorer, len(context), bool(self.tree))
 
-    def finish(self, state, context=None) -> None:
-        if context is not None:
-            state.scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
-        state.feats.clear()
-
 
 class Eagle3Drafter(EagleDrafter):
     """``eagle3:PATH[,tree=B]``: an imported EAGLE-3 head (Li et al. 2025). It reads the target's
@@ -435,8 +435,3 @@ class MedusaDrafter(_HeadDrafter):
         for depth in range(min(max_tokens, probs.shape[0])):
             tb.add_level(probs[depth], self.vocab_ids, depth)
         return tb.proposal(state.scorer, len(context), bool(self.tree))
-
-    def finish(self, state, context=None) -> None:
-        if context is not None:
-            state.scorer.score(context)  # the last proposal's outcome, for the calibration the drafter keeps
-        state.feats.clear()
