@@ -104,6 +104,27 @@ def test_sweep_k_plot(tmp_path):
     assert (out / "speedup_vs_k.png").is_file()
 
 
+def test_sweep_k_methods_never_draft_from_each_others_answers(tmp_path):
+    """One suffix drafter serves every k of a sweep; k = 2 drafting a question after k = 1 answered it must
+    draft exactly as it does on a fresh drafter (sharing the tenant, it would find k = 1's whole answer)."""
+    cfg = BenchConfig(drafters=["suffix"], categories=["qa"], per_category=1, max_new_tokens=48, sweep_k=[1, 2],
+                      draft_policy="fixed")
+    r = BenchRunner(cfg, output=tmp_path / "w", progress=False)
+    r.load_methods()
+    try:
+        _, k1, k2 = r.methods
+        assert (k1.gen is k2.gen) and {k1.tenant, k2.tenant} == {"bench k=1", "bench k=2"}
+        q = r.questions[0]
+        fresh = k2.run(q, r.gen_cfg).stats
+        k2.gen.drafter.forget()
+        k1.run(q, r.gen_cfg)
+        after = k2.run(q, r.gen_cfg).stats
+        assert fresh.draft_tokens > 0
+        assert (after.draft_tokens, after.accepted_tokens) == (fresh.draft_tokens, fresh.accepted_tokens)
+    finally:
+        r.close()
+
+
 def test_interrupted_run_resumes(tmp_path, monkeypatch):
     cfg = BenchConfig(drafters=["ngram"], categories=["qa", "translation"], per_category=2, max_new_tokens=4)
     out = tmp_path / "r"

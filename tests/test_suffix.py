@@ -274,8 +274,11 @@ def test_draft_policy_is_kept_per_tenant(smol_tree):
             assert other.accepts == other.rejects == 0 and other.saving is None
     finally:
         gen.drafter.close()
-    plain = SpeculativeGenerator(smol_tree, build_drafter("ngram", smol_tree))
-    assert plain.policy_for("a") is plain.policy  # a drafter that forgets each request shares one policy
+    # a drafter that forgets each request has a policy per tenant too: a tenant's acceptance rests on its text
+    ngram = SpeculativeGenerator(smol_tree, build_drafter("ngram", smol_tree))
+    assert ngram.policy_for("a") is not ngram.policy_for("b") and ngram.policy_for("") is ngram.policy
+    plain = SpeculativeGenerator(smol_tree, None)
+    assert plain.policy_for("a") is plain.policy  # plain decoding has no policy to keep apart
 
 
 # ---- sampling through the tree path ---------------------------------------------------------------------

@@ -119,10 +119,10 @@ class GenerationConfig:
         constraint: None, or a :class:`~speculative.constraints.ConstraintSpec` the output must match
             (JSON object, JSON Schema, regular expression, Lark/GBNF grammar); ``with_`` also takes
             ``json_schema=``, ``regex=``, ``grammar=`` or ``json_object=True``.
-        tenant: whose request it is (the server sets it from the API key and the ``user`` field); a
-            drafter that learns across requests (``suffix``) learns and drafts per tenant, so that no
-            request's drafts, acceptance or timing depend on another tenant's text; model drafters keep
-            their acceptance calibration per tenant too. "" by default.
+        tenant: whose request it is (the server sets it from the API key and the ``user`` field). The
+            generator keeps one draft policy per tenant, the suffix drafter its earlier requests and model
+            drafters their acceptance calibration, so that no request's drafts, acceptance or timing depend
+            on another tenant's text. "" by default.
     """
 
     max_new_tokens: int = 128

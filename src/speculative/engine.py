@@ -40,7 +40,7 @@ class SpeculativeGenerator:
 
     Attributes:
         policy: the drafter's :class:`~speculative.policy.DraftPolicy`, kept across this generator's requests
-            (for a drafter that learns across requests, one per tenant: :meth:`policy_for`).
+            of tenant "" (every other tenant has one of its own: :meth:`policy_for`).
 
     Example::
 
@@ -69,10 +69,11 @@ class SpeculativeGenerator:
     MAX_TENANT_POLICIES = 10_000
 
     def policy_for(self, tenant: str) -> DraftPolicy:
-        """The draft policy of a tenant's requests: :attr:`policy`, or for a drafter that learns across
-        requests (``learns_across_requests``: suffix decoding) one policy per tenant, so that whether and
-        how much it drafts for one tenant never depends on what it measured on another's requests."""
-        if not tenant or not getattr(self.drafter, "learns_across_requests", False):
+        """The draft policy of a tenant's requests: :attr:`policy` for tenant "" (the CLI and library),
+        else one policy per tenant (the least recently used of :attr:`MAX_TENANT_POLICIES` goes first), so
+        that whether and how much a drafter drafts for one tenant never depends on what it measured on
+        another tenant's requests (their acceptance rests on their text)."""
+        if not tenant or isinstance(self.drafter, NoDrafter):
             return self.policy
         pol = self._tenant_policies.pop(tenant, None) or DraftPolicy(self.drafter)
         self._tenant_policies[tenant] = pol

@@ -94,7 +94,8 @@ def chat_prompt(target: Backend, turns: Sequence[str], answers: Sequence[str], c
 class EngineMethod(Method):
     """Our engine with one drafter (``none``: the baseline)."""
 
-    def __init__(self, label: str, generator: SpeculativeGenerator, kind: str, k: int | None, policy: str, chat: bool):
+    def __init__(self, label: str, generator: SpeculativeGenerator, kind: str, k: int | None, policy: str, chat: bool,
+                 tenant: str = ""):
         self.label = label
         self.gen = generator
         self.kind = kind
@@ -102,9 +103,13 @@ class EngineMethod(Method):
         self.k = k
         self.policy = policy
         self.chat = chat
+        #: the tenant its requests run as: methods that share one drafter (``--sweep-k``) each run as their own,
+        #: so that none drafts from, or is calibrated or silenced by, another's requests
+        self.tenant = tenant
 
     def run(self, question: Question, cfg: GenerationConfig) -> RunRecord:
-        cfg = cfg.with_(num_speculative_tokens=self.k or cfg.num_speculative_tokens, draft_policy=self.policy)
+        cfg = cfg.with_(num_speculative_tokens=self.k or cfg.num_speculative_tokens, draft_policy=self.policy,
+                        tenant=self.tenant)
         self.gen.reset_caches()  # every run starts cold; turns of one question share the cache
         rec = RunRecord(stats=GenerationStats(num_speculative_tokens=cfg.num_speculative_tokens))
         for i in range(len(question.turns)):
@@ -136,6 +141,7 @@ def _overrides(cfg: GenerationConfig) -> dict:
         top_k=s.top_k,
         top_p=s.top_p,
         seed=s.seed,
+        tenant=cfg.tenant,
     )
 
 

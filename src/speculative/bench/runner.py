@@ -219,7 +219,10 @@ class BenchRunner:
             gen = SpeculativeGenerator(target, drafter, self.gen_cfg, cost_model=self.cost_model)
             for k in ks:
                 label = spec if len(ks) == 1 else f"{spec} k={k}"
-                self.methods.append(EngineMethod(label, gen, "ours", k, c.draft_policy, chat))
+                # one drafter serves every k of a sweep: each k runs as a tenant of its own (its own suffix
+                # memory, acceptance calibration and draft policy), so that no k reads another's answers
+                tenant = "" if len(ks) == 1 else f"bench k={k}"
+                self.methods.append(EngineMethod(label, gen, "ours", k, c.draft_policy, chat, tenant))
                 self.load_rss_mb[label] = extra
         self._load_peers(chat)
         labels = [m.label for m in self.methods]

@@ -113,10 +113,6 @@ class Drafter(abc.ABC):
     #: True for drafters that run a network for every proposal (draft models, heads): the policy backs
     #: off from one whose proposals are not worth verifying (:class:`~speculative.policy.DraftPolicy`)
     runs_network: bool = False
-    #: True for drafters that keep the text they saw across requests (suffix decoding): they keep it per
-    #: tenant, and the generator keeps their draft policy per tenant too (a model drafter keeps only its
-    #: acceptance calibration across requests, per tenant as well)
-    learns_across_requests: bool = False
     #: the draft model this drafter runs on a backend of its own, if any: the policy reads its
     #: measured T(1) as the prior of the drafter's cost, the statistics its forward time
     model: Backend | None = None

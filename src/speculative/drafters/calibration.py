@@ -172,9 +172,9 @@ def confidence_calibration() -> AcceptanceCalibration:
 
 class TenantCalibrations:
     """A model drafter's calibrations, one per tenant (the server's API key or ``user`` field; "" for the
-    CLI and library), so that a tenant's acceptance estimates come from its own requests alone (the draft
-    policy of a model drafter, its measured saving and back-off, is still one for all tenants); the least
-    recently used beyond :data:`MAX_TENANTS` is forgotten."""
+    CLI and library), so that a tenant's acceptance estimates come from its own requests alone (as its draft
+    policy does: :meth:`~speculative.engine.SpeculativeGenerator.policy_for`); the least recently used beyond
+    :data:`MAX_TENANTS` is forgotten."""
 
     def __init__(self) -> None:
         self._by_tenant: OrderedDict[str, AcceptanceCalibration] = OrderedDict()

@@ -62,7 +62,6 @@ class CombinedDrafter(Drafter):
         self.hidden_layers = other.hidden_layers
         self.steerable = other.steerable and suffix.steerable
         self.runs_network = other.runs_network
-        self.learns_across_requests = suffix.learns_across_requests
         self.model = other.model
         self.kind = f"suffix+{other.kind}"
 

@@ -137,7 +137,6 @@ class SuffixDrafter(Drafter):
     """
 
     kind = "suffix"
-    learns_across_requests = True
 
     def __init__(self, max_pattern: int = 32, factor: float = 1.0, tree: int = 0, min_prob: float = 0.1,
                  use_global: bool = True, capacity: int = 200_000, cache: str | os.PathLike | None = None,
