@@ -12,6 +12,7 @@ from speculative.bench.datasets import CATEGORIES, load_questions, select
 from speculative.bench.report import draft_length_distribution, geometric_mean_ci, predicted_speedup_from_stats
 from speculative.cli import main
 from speculative.cost_model import CostModel
+from speculative.errors import ConfigError
 from speculative.stats import GenerationStats
 from speculative.verification import VerifyResult
 
@@ -117,12 +118,21 @@ def test_sweep_k_methods_never_draft_from_each_others_answers(tmp_path):
         q = r.questions[0]
         fresh = k2.run(q, r.gen_cfg).stats
         k2.gen.drafter.forget()
-        k1.run(q, r.gen_cfg)
+        first = k1.run(q, r.gen_cfg).stats
         after = k2.run(q, r.gen_cfg).stats
         assert fresh.draft_tokens > 0
         assert (after.draft_tokens, after.accepted_tokens) == (fresh.draft_tokens, fresh.accepted_tokens)
+        # control: k = 1 itself does find its own earlier answer
+        assert k1.run(q, r.gen_cfg).stats.accepted_tokens > first.accepted_tokens
     finally:
         r.close()
+
+
+@pytest.mark.quick
+def test_sweep_k_refuses_a_suffix_cache_file(tmp_path):
+    cfg = BenchConfig(drafters=[f"suffix,cache={tmp_path / 'c.npz'}"], sweep_k=[1, 2], per_category=1)
+    with pytest.raises(ConfigError, match="drop cache= or --sweep-k"):
+        BenchRunner(cfg, output=tmp_path / "o", progress=False).load_methods()
 
 
 def test_interrupted_run_resumes(tmp_path, monkeypatch):

@@ -263,13 +263,15 @@ def test_earlier_requests_do_not_change_the_output(smol_tree, smol_plain):
 
 
 def test_draft_policy_is_kept_per_tenant(smol_tree):
-    """Whether and how much the suffix drafter drafts for a tenant rests on that tenant's requests only."""
+    """Whether and how much a drafter drafts for a tenant rests on that tenant's requests only (what it costs on
+    this machine is shared)."""
     gen = SpeculativeGenerator(smol_tree, build_drafter("suffix", smol_tree))
     try:
         a, b = gen.policy_for("a"), gen.policy_for("b")
         assert a is not b and a is not gen.policy and gen.policy_for("a") is a and gen.policy_for("") is gen.policy
-        ids = gen.encode_prompt("Say hello twice.")
-        gen.generate(ids, max_new_tokens=8, tenant="a")
+        ids = gen.encode_prompt("Copy this line three times: the quick brown fox jumps over the lazy dog.")
+        gen.generate(ids, max_new_tokens=40, tenant="a", draft_policy="fixed")
+        assert a.accepts + a.rejects > 0  # a's request drafted
         for other in (b, gen.policy):  # nothing of a's request reached another tenant's policy
             assert other.accepts == other.rejects == 0 and other.saving is None
     finally:
@@ -277,6 +279,9 @@ def test_draft_policy_is_kept_per_tenant(smol_tree):
     # a drafter that forgets each request has a policy per tenant too: a tenant's acceptance rests on its text
     ngram = SpeculativeGenerator(smol_tree, build_drafter("ngram", smol_tree))
     assert ngram.policy_for("a") is not ngram.policy_for("b") and ngram.policy_for("") is ngram.policy
+    assert ngram.policy_for("a").timings is ngram.policy.timings  # the machine's measurements are shared
+    ngram.policy_for("b").catchup_rate = 0.25
+    assert ngram.policy_for("a").catchup_rate == 0.25
     plain = SpeculativeGenerator(smol_tree, None)
     assert plain.policy_for("a") is plain.policy  # plain decoding has no policy to keep apart
 

@@ -72,10 +72,12 @@ class SpeculativeGenerator:
         """The draft policy of a tenant's requests: :attr:`policy` for tenant "" (the CLI and library),
         else one policy per tenant (the least recently used of :attr:`MAX_TENANT_POLICIES` goes first), so
         that whether and how much a drafter drafts for one tenant never depends on what it measured on
-        another tenant's requests (their acceptance rests on their text)."""
+        another tenant's requests (their acceptance rests on their text). What the drafter costs on this
+        machine (:class:`~speculative.policy.DrafterTimings`) is shared; whether it pays is not, so each new
+        tenant's first requests measure it afresh."""
         if not tenant or isinstance(self.drafter, NoDrafter):
             return self.policy
-        pol = self._tenant_policies.pop(tenant, None) or DraftPolicy(self.drafter)
+        pol = self._tenant_policies.pop(tenant, None) or DraftPolicy(self.drafter, timings=self.policy.timings)
         self._tenant_policies[tenant] = pol
         while len(self._tenant_policies) > self.MAX_TENANT_POLICIES:
             self._tenant_policies.popitem(last=False)

@@ -1,8 +1,9 @@
 """The adaptive draft policy: when to draft, how many draft tokens to verify, and when a drafter that
 does not pay backs off, falls silent or is measured again.
 
-One :class:`DraftPolicy` per drafter, kept across requests (the generator holds it); each request
-keeps a :class:`PolicyState`. A request consults it at five points:
+One :class:`DraftPolicy` per drafter and tenant, kept across requests (the generator holds them:
+:meth:`~speculative.engine.SpeculativeGenerator.policy_for`), sharing one :class:`DrafterTimings` (what the
+drafter's machine measured, not a tenant's text); each request keeps a :class:`PolicyState`. A request consults it at five points:
 
 * :meth:`DraftPolicy.begin_request`: the request starts; a silenced drafter sits it out.
 * :meth:`DraftPolicy.draft_budget`: before a proposal, how many tokens the drafter may propose
@@ -26,7 +27,7 @@ steps, :data:`SAVING_WEIGHT`), is not negative. Where the step was not timed alo
 drafter that runs a network for each proposal is judged instead by whether its first token was worth
 verifying; so is such a drafter whose proposal came back empty. A step that did not pay
 doubles the number of steps the request then decodes plainly (1, 2, 4, ... at most
-:data:`MAX_SKIP`); one that paid resets it. Across requests the same average silences the drafter:
+:data:`MAX_SKIP`); one that paid resets it. Across a tenant's requests the same average silences the drafter:
 while it is not positive, new requests decode plainly from the start (no drafter state, no hidden
 states, no proposal: the drafter costs nothing), until 1% (:data:`REMEASURE_BUDGET`) of the decoding
 time they sat out covers what the last measurement lost; then the measurement is forgotten and the
@@ -90,16 +91,30 @@ class PolicyState:
     first_ok: bool | None = None
 
 
+@dataclass
+class DrafterTimings:
+    """What a drafter costs on this machine, shared by its tenants' policies (a hardware measurement: no
+    tenant's text is in it).
+
+    Attributes:
+        draft_cost_prior: seconds per draft token before any drafting: the draft model's own T(1), measured
+            once per machine and cached (None: not measured yet, or the drafter has no model).
+        catchup_rate: measured seconds per token of the drafter's catch-up forwards (None: not yet).
+    """
+
+    draft_cost_prior: float | None = None
+    catchup_rate: float | None = None
+
+
 class DraftPolicy:
     """The adaptive draft policy of one drafter, and what it has measured of it across requests.
 
     Args:
         drafter: the drafter it decides for.
+        timings: the drafter's :class:`DrafterTimings`, shared with its other tenants' policies (None: its own).
 
     Attributes:
-        draft_cost_prior: seconds per draft token before any drafting: the draft model's own T(1),
-            measured once per machine and cached (None: not measured yet, or the drafter has no model).
-        catchup_rate: measured seconds per token of the drafter's catch-up forwards (None: not yet).
+        draft_cost_prior, catchup_rate: those of :attr:`timings`.
         accepts, rejects: accepted draft tokens and rejected drafts over every verified draft.
         saving: average measured net saving of a drafted step, seconds (None: not measured).
         step_tokens: average tokens a drafted step yielded.
@@ -107,10 +122,9 @@ class DraftPolicy:
         silent_s: decoding seconds of the requests it sat out, silenced, since then.
     """
 
-    def __init__(self, drafter: Drafter):
+    def __init__(self, drafter: Drafter, timings: DrafterTimings | None = None):
         self.drafter = drafter
-        self.draft_cost_prior: float | None = None
-        self.catchup_rate: float | None = None
+        self.timings = timings if timings is not None else DrafterTimings()
         self.accepts = 0
         self.rejects = 0
         self.saving: float | None = None
@@ -120,6 +134,22 @@ class DraftPolicy:
         self.silent_s = 0.0
 
     # ---- what is known of the drafter -------------------------------------------------------------
+
+    @property
+    def draft_cost_prior(self) -> float | None:
+        return self.timings.draft_cost_prior
+
+    @draft_cost_prior.setter
+    def draft_cost_prior(self, seconds: float | None) -> None:
+        self.timings.draft_cost_prior = seconds
+
+    @property
+    def catchup_rate(self) -> float | None:
+        return self.timings.catchup_rate
+
+    @catchup_rate.setter
+    def catchup_rate(self, seconds: float | None) -> None:
+        self.timings.catchup_rate = seconds
 
     @property
     def acceptance_rate(self) -> float:

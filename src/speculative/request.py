@@ -85,7 +85,8 @@ class DecodeRequest:
     Attributes:
         target: the target model's backend.
         drafter: the drafter (:class:`~speculative.drafters.base.NoDrafter` for a plain request).
-        policy: the drafter's adaptive policy (kept across requests); ``plan``: this request's state in it.
+        policy: the drafter's adaptive policy for the request's tenant (kept across its requests); ``plan``:
+            this request's state in it.
         cfg: the validated :class:`~speculative.config.GenerationConfig`.
         sampler: the request's logits processing and sampling; ``rng``: its random generator.
         constraint: the output's constraint (JSON, schema, regex, grammar), its matcher at the committed

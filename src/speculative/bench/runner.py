@@ -193,7 +193,10 @@ class BenchRunner:
         proc = psutil.Process()
         c = self.cfg
         for spec in c.drafters:
-            parse_drafter_spec(spec)  # fail fast, before loading anything
+            parsed = parse_drafter_spec(spec)  # fail fast, before loading anything
+            if c.sweep_k and len(c.sweep_k) > 1 and parsed.kind == "suffix" and parsed.options.get("cache"):
+                raise ConfigError(f"--sweep-k runs each k as a tenant of its own, and the suffix cache file of "
+                                  f"'{spec}' would keep each k's answers for its next run: drop cache= or --sweep-k")
         rss0 = proc.memory_info().rss
         width = max([tree_leaves(s) for s in c.drafters] + [0])
         target = load_backend(c.target, c.backend, n_ctx=c.n_ctx, n_threads=pinned_threads(c.threads), numerics=c.numerics,

@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default 128)")
     b.add_argument("--k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS, help="most draft tokens per step")
     b.add_argument("--sweep-k", type=_int_list, default=None,
-                   help="measure every drafter at each k, e.g. 1,2,4,8 (each k runs as a tenant of its own: it drafts "
-                   "only from its own earlier requests, and a suffix cache file's are not read)")
+                   help="measure every drafter at each k, e.g. 1,2,4,8 (each k runs as a tenant of its own, drafting "
+                   "only from its own earlier requests; not with a suffix cache file)")
     b.add_argument("--draft-policy", default="adaptive", choices=("adaptive", "fixed"))
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--top-k", type=int, default=0)

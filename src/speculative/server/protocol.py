@@ -153,7 +153,7 @@ class _Common(BaseModel):
     num_speculative_tokens: SInt | None = Field(default=None, ge=1, le=64, description="k for this request")
     speculative: SBool = Field(default=True, description="false decodes this request without drafting")
     draft_policy: Literal["adaptive", "fixed"] | None = None
-    # names the tenant (with the API key): a drafter that learns across requests keeps one memory per tenant
+    # names the tenant (with the API key): what drafters and the draft policy learn across requests is per tenant
     user: SStr | None = None
     # accepted and ignored: they cannot change the result here
     metadata: dict[str, Any] | None = None
@@ -202,7 +202,8 @@ class _Common(BaseModel):
                           api_key: str = "") -> GenerationConfig:
         """The request's generation settings. Its tenant is the API key (the ``Authorization: Bearer``
         token, kept only as a SHA-256 prefix) and the ``user`` field together: requests that differ in
-        either never share what a drafter learned across requests (:attr:`GenerationConfig.tenant`)."""
+        either never share what a drafter or its draft policy learned across requests
+        (:attr:`GenerationConfig.tenant`)."""
         tenant = ""
         if api_key or self.user:
             key = hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else ""
