@@ -236,7 +236,7 @@ TABLES = {
         ("qwen-gate-v18-zen4", "suffix", ""),
         ("qwen-gate-v18-zen4", "ngram", ""),
         ("qwen-gate-v18-zen4", "suffix+eagle:qwen2.5-coder-1.5b-instruct-eagle,tree=3", " (suffix, then the trained head's token tree)"),
-        ("qwen-gate-v18-zen4", "eagle:qwen2.5-coder-1.5b-instruct-eagle", " (trained head)"),
+        ("qwen-gate-v18-zen4", "eagle:qwen2.5-coder-1.5b-instruct-eagle", " (trained head; silenced in this run, no draft verified)"),
         ("qwen-gate-v18-zen4", "baseline", " (our plain decoding)"),
         ("qwen-gate-v18-zen4", "model:qwen2.5-coder-0.5b-instruct", " (same-family draft model)"),
         ("qwen-gate-v18-zen4", "llama-server-ngram", " (llama.cpp's own n-gram)"),
