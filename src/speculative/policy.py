@@ -3,7 +3,8 @@ does not pay backs off, falls silent or is measured again.
 
 One :class:`DraftPolicy` per drafter and tenant, kept across requests (the generator holds them:
 :meth:`~speculative.engine.SpeculativeGenerator.policy_for`), sharing one :class:`DrafterTimings` (what the
-drafter's machine measured, not a tenant's text); each request keeps a :class:`PolicyState`. A request consults it at five points:
+drafter's machine measured, not a tenant's text); each request keeps a :class:`PolicyState`. A request
+consults it at five points:
 
 * :meth:`DraftPolicy.begin_request`: the request starts; a silenced drafter sits it out.
 * :meth:`DraftPolicy.draft_budget`: before a proposal, how many tokens the drafter may propose
