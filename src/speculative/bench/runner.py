@@ -192,9 +192,10 @@ class BenchRunner:
 
         proc = psutil.Process()
         c = self.cfg
+        ks = c.sweep_k or [c.k]
         for spec in c.drafters:
             parsed = parse_drafter_spec(spec)  # fail fast, before loading anything
-            if c.sweep_k and len(c.sweep_k) > 1 and parsed.kind == "suffix" and parsed.options.get("cache"):
+            if len(ks) > 1 and parsed.kind == "suffix" and parsed.options.get("cache"):
                 raise ConfigError(f"--sweep-k runs each k as a tenant of its own, and the suffix cache file of "
                                   f"'{spec}' would keep each k's answers for its next run: drop cache= or --sweep-k")
         rss0 = proc.memory_info().rss
@@ -212,7 +213,6 @@ class BenchRunner:
         self.methods.append(EngineMethod("baseline", base, "baseline", None, "fixed", chat))
         ctx = BuildContext(backend=c.backend, n_threads=pinned_threads(c.threads), numerics=c.numerics, device=c.device,
                            dtype=c.dtype, n_ctx=c.n_ctx)
-        ks = c.sweep_k or [c.k]
         for spec in c.drafters:
             if spec.strip().lower() == "none":
                 continue
