@@ -298,7 +298,9 @@ def test_measured_saving_caps_the_catchup(qwen_pair):
     gen = SpeculativeGenerator(qwen_pair.target, d, cost_model=FrozenCost.from_dict(FLAT.to_dict()))
     p = gen.policy
     p.draft_cost_prior, p.catchup_rate, p.accepts, p.rejects = 0.032, 0.001, 40, 1
-    p.saving, p.measure_net, p.silent_s = -0.001, -0.001, 0.0  # measured: it lost 1 ms
+    for _ in range(20):  # measured surely (no prior on the spread): 20 drafted steps that lost 1 ms in all
+        p.observe_saving(-0.00005, 1, 0.0)
+    assert p.silenced and p.measure_net == pytest.approx(-0.001) and p.silent_s == 0.0
     p.rate = lambda st, stats: 1.0 / st.cost.time(1)  # the frozen table's rate, not this machine's clock
     t0 = d.model.forward_time_s
     res = gen.generate(LONG_PROMPT, max_new_tokens=24, num_speculative_tokens=4)

@@ -117,7 +117,10 @@ def test_a_silenced_head_costs_nothing_in_a_request(prompts10, monkeypatch):
         monkeypatch.setattr(d, "start", spy_start)
         # silenced, with a re-measure far away: a large loss, no time sat out yet
         policy = gen.policy
-        policy.saving, policy.measure_net, policy.silent_s = -0.01, -1e9, 0.0
+        for _ in range(20):  # a sure loss: 20 drafted steps that each lost 10 ms
+            policy.observe_saving(-0.01, 1, 0.030)
+        policy.measure_net, policy.silent_s = -1e9, 0.0
+        assert policy.silenced
         r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=4)
         assert r.token_ids == want and r.stats.draft_tokens == 0
         assert seen == {"hidden": 0, "propose": 0, "start": 0}, seen
@@ -335,3 +338,42 @@ def test_draft_vocab_recommendation_is_for_eagle_heads_only(tmp_path):
     (bad / "drafter.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match=f"{bad / 'drafter.json'}: a draft vocabulary size .* EAGLE heads only"):
         MedusaDrafter(bad)
+
+
+@pytest.mark.parametrize("spec", ["eagle:smollm2-135m-instruct-eagle", "medusa:smollm2-135m-instruct-medusa",
+                                  "suffix+eagle:smollm2-135m-instruct-eagle"])
+def test_a_head_is_warmed_up_at_load_and_leaves_no_trace(spec, monkeypatch):
+    """Loading a head runs one proposal on made-up features (:meth:`~speculative.drafters.base.Drafter.warm_up`),
+    on the target's thread count, so that what a first PyTorch call costs once per process is not timed in the
+    first request (docs/policy.md, "Warm-up"), and once only. It leaves no calibration or request state; the
+    first request then drafts and decodes as plain decoding."""
+    import torch
+
+    from speculative.drafters import heads
+
+    calls = []
+    propose = heads._HeadDrafter.propose
+
+    def spy(self, state, context, *a, **kw):
+        out = propose(self, state, context, *a, **kw)
+        calls.append((len(context), torch.get_num_threads()))  # the count the proposal ran on
+        return out
+
+    monkeypatch.setattr(heads._HeadDrafter, "propose", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not the target's count, so that following it is seen
+    gen = SpeculativeGenerator.from_pretrained("smollm2-135m-instruct", drafter=spec, n_ctx=512, n_threads=1)
+    try:
+        head = getattr(gen.drafter, "other", gen.drafter)
+        assert len(calls) == 1 and calls[0] == (max(1, head.hidden_window) + 1, 1), calls
+        assert not head.calibrations._by_tenant  # no tenant's calibration was made or touched
+        gen.drafter.warm_up()  # once per drafter: a second call (a combined drafter's) runs nothing
+        assert len(calls) == 1
+        plain = SpeculativeGenerator(gen.target, NoDrafter())
+        ids = gen.encode_prompt("Write a Python function that returns the sum of a list.")
+        want = plain.generate(ids, max_new_tokens=24).token_ids
+        r = gen.generate(ids, max_new_tokens=24, num_speculative_tokens=3, draft_policy="fixed")
+        assert r.token_ids == want and r.stats.draft_tokens > 0 and len(calls) > 1
+    finally:
+        gen.close()
+        torch.set_num_threads(before)

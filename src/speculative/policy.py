@@ -28,10 +28,11 @@ steps, :data:`SAVING_WEIGHT`), is not negative. Where the step was not timed alo
 drafter that runs a network for each proposal is judged instead by whether its first token was worth
 verifying; so is such a drafter whose proposal came back empty. A step that did not pay
 doubles the number of steps the request then decodes plainly (1, 2, 4, ... at most
-:data:`MAX_SKIP`); one that paid resets it. Across a tenant's requests the same average silences the drafter:
-while it is not positive, new requests decode plainly from the start (no drafter state, no hidden
-states, no proposal: the drafter costs nothing), until 1% (:data:`REMEASURE_BUDGET`) of the decoding
-time they sat out covers what the last measurement lost; then the measurement is forgotten and the
+:data:`MAX_SKIP`); one that paid resets it. Across a tenant's requests the drafter is silenced once its loss
+is sure: while the upper confidence bound of the mean saving of every drafted step since it was last
+(re)measured is not positive (:meth:`DraftPolicy.saving_bound`), new requests decode plainly from the start (no
+drafter state, no hidden states, no proposal: the drafter costs nothing), until 1% (:data:`REMEASURE_BUDGET`) of
+the decoding time they sat out covers what the last measurement lost; then the measurement is forgotten and the
 next request measures the drafter afresh. A drafter that cannot pay so costs almost nothing, and a
 workload that changes (code after translations) is noticed.
 
@@ -40,6 +41,7 @@ Errors: none raised; the policy only ever turns drafting down, never changes wha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,6 +58,14 @@ MAX_SKIP = 32
 #: the weight of a drafted step in the running average of the measured saving, once that average holds
 #: 1 / SAVING_WEIGHT steps (an exact mean before): about the last 20 drafted steps
 SAVING_WEIGHT = 0.05
+#: how sure a measured loss must be before it silences a drafter across requests: the one-sided normal quantile
+#: of the mean saving's upper confidence bound (1.64: 95%). A drafted step's saving is skewed (a few ms lost most of
+#: the time, a whole T(1) gained when a token is accepted), so a few unlucky steps make a negative average that
+#: says little; the bound waits for the evidence (docs/policy.md, "Silencing needs a sure loss")
+SILENCE_Z = 1.64
+#: the weight, in drafted steps, of the prior on the spread of a step's saving (standard deviation T(1)/2), so
+#: that a few steps that all lost alike do not look certain
+PRIOR_STEPS = 2
 #: catch-up forwards at least this long refine the measured catch-up rate (shorter ones are noisy)
 MIN_CATCHUP_TOKENS = 32
 
@@ -70,7 +80,7 @@ class PolicyState:
         k: the most draft tokens a step verifies.
         max_new_tokens: the request's output budget (tokens).
         silent: the drafter sits this request out (silenced when it started): every step is plain.
-        remeasures: this request measures a silenced drafter afresh.
+        remeasures: this request measures the drafter afresh (its last measurement was forgotten).
         draft_cost: seconds per draft token: the drafter's prior estimate, refined by this request's
             proposals (exponential average, weight 0.1).
         skip: plain steps left before the drafter may run again (back-off).
@@ -107,6 +117,16 @@ class DrafterTimings:
     catchup_rate: float | None = None
 
 
+def _student_t(z: float, dof: float) -> float:
+    """The quantile of Student's t with ``dof`` degrees of freedom at the normal quantile ``z`` (Cornish-Fisher
+    expansion to 1/dof², Abramowitz and Stegun 26.7.5: 2.75 for z = 1.64 at 2 degrees, against the exact 2.92;
+    within 1% from 5 degrees); infinite below 1 degree."""
+    if dof < 1.0:
+        return math.inf
+    z3, z5 = z**3, z**5
+    return z + (z3 + z) / (4.0 * dof) + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * dof * dof)
+
+
 class DraftPolicy:
     """The adaptive draft policy of one drafter, and what it has measured of it across requests.
 
@@ -118,8 +138,11 @@ class DraftPolicy:
         draft_cost_prior, catchup_rate: those of :attr:`timings`.
         accepts, rejects: accepted draft tokens and rejected drafts over every verified draft.
         saving: average measured net saving of a drafted step, seconds (None: not measured).
+        saving_steps: drafted steps in that average since it was last (re)measured.
+        saving_scale: the target's T(1) when the last saving was measured, seconds (the prior's scale).
         step_tokens: average tokens a drafted step yielded.
-        measure_net: net seconds its drafted steps saved since the saving was last (re)measured.
+        measure_net: net seconds its drafted steps saved since the saving was last (re)measured (their sum).
+        measure_sq: the sum of their squares, seconds² (their spread, for :meth:`saving_bound`).
         silent_s: decoding seconds of the requests it sat out, silenced, since then.
     """
 
@@ -129,9 +152,11 @@ class DraftPolicy:
         self.accepts = 0
         self.rejects = 0
         self.saving: float | None = None
+        self.saving_scale = 0.0
         self.saving_steps = 0
         self.step_tokens = 1.0
         self.measure_net = 0.0
+        self.measure_sq = 0.0
         self.silent_s = 0.0
 
     # ---- what is known of the drafter -------------------------------------------------------------
@@ -163,10 +188,26 @@ class DraftPolicy:
         """
         return (self.accepts + 4.0) / (self.accepts + self.rejects + 5.0)
 
+    def saving_bound(self) -> float:
+        """Upper confidence bound of the mean saving of a drafted step since the drafter was last (re)measured,
+        seconds: the mean of those n steps plus a quantile of Student's t with n - 1 degrees of freedom at
+        :data:`SILENCE_Z` times its standard error. The steps' sample variance is pooled with a prior of
+        :data:`PRIOR_STEPS` steps of standard deviation T(1)/2, so that a few steps that lost alike do not look
+        certain; the prior adds no degrees of freedom. Infinite before 2 steps (one says nothing of the spread).
+        Every step since the last (re)measure counts, so a small loss is found sure in time, however noisy."""
+        n = self.saving_steps
+        if self.saving is None or n < 2:
+            return math.inf
+        mean = self.measure_net / n
+        sample_var = max(0.0, self.measure_sq - n * mean * mean) / (n - 1)
+        var = ((n - 1) * sample_var + PRIOR_STEPS * (self.saving_scale / 2.0) ** 2) / (n - 1 + PRIOR_STEPS)
+        return mean + _student_t(SILENCE_Z, n - 1.0) * math.sqrt(var / n)
+
     @property
     def silenced(self) -> bool:
-        """True while a measured net saving that is not positive silences the drafter."""
-        return self.saving is not None and self.saving <= 0.0
+        """True while the measured saving is surely not positive (:meth:`saving_bound` <= 0): the drafter
+        sits out new requests until it is measured again."""
+        return self.saving_bound() <= 0.0
 
     def draft_cost_estimate(self) -> float | None:
         """Seconds per draft token before any drafting: the draft model's T(1), measured on this machine
@@ -182,9 +223,10 @@ class DraftPolicy:
             return None
         return self.saving / max(1.0, self.step_tokens)
 
-    def observe_saving(self, seconds: float, tokens: int) -> float:
+    def observe_saving(self, seconds: float, tokens: int, scale: float) -> float:
         """Fold one drafted step's measured net saving (seconds; negative: it cost more than it saved)
-        and the tokens it yielded into the running averages; returns the average saving.
+        and the tokens it yielded into the running averages and the sums since the last (re)measure; returns
+        the average saving. ``scale``: the target's T(1), seconds (the scale of the prior on the spread).
 
         The averages are exact means over the first 1 / :data:`SAVING_WEIGHT` steps since the saving was
         (re)measured, exponential with that weight after. A step's saving is skewed (a head's steps lose
@@ -192,8 +234,10 @@ class DraftPolicy:
         +13.7 ms on 10 development prompts, docs/bench/head-policy-zen4), so a short average keeps dipping
         below 0 while drafting pays, and each dip backs off."""
         self.measure_net += seconds
+        self.measure_sq += seconds * seconds
         self.saving_steps = 1 if self.saving is None else self.saving_steps + 1
         w = max(1.0 / self.saving_steps, SAVING_WEIGHT)
+        self.saving_scale = scale
         if self.saving is None:
             self.saving, self.step_tokens = seconds, float(tokens)
         else:
@@ -203,32 +247,41 @@ class DraftPolicy:
 
     # ---- a request's start and end ------------------------------------------------------------------
 
+    @property
+    def losing(self) -> bool:
+        """Silenced, or its recent drafted steps lost on average (the running average is not positive): either
+        way the drafter drafts little or nothing, so the time it sits out counts towards measuring it afresh."""
+        return self.silenced or (self.saving is not None and self.saving <= 0.0)
+
     def begin_request(self, cost: CostModel | None, k: int, max_new_tokens: int) -> PolicyState:
         """A request starts: under the adaptive policy (``cost`` given) a silenced drafter sits it out,
-        unless the decoding time of the requests it sat out, times :data:`REMEASURE_BUDGET`, now covers
-        what its last measurement lost (its drafted steps' net saving, catch-up included): then the
-        measurement is forgotten and this request measures it afresh. Measuring again so costs at most
-        that share of the time spent silent, and a costly probe is repeated rarely, a cheap one soon."""
+        unless the decoding time of the requests a :attr:`losing` drafter sat out, times
+        :data:`REMEASURE_BUDGET`, now covers what its last measurement lost (its drafted steps' net saving,
+        catch-up included): then the measurement is forgotten and this request measures it afresh. Measuring
+        again so costs at most that share of the time spent silent, and a costly probe is repeated rarely, a
+        cheap one soon. (A drafter whose recent steps lost but whose loss is not sure drafts on, throttled by
+        the back-off; one that then cannot draft at all, such as a draft model whose catch-up no longer pays,
+        is measured afresh the same way rather than kept waiting.)"""
         st = PolicyState(cost, k, max_new_tokens)
         if cost is None:
             return st
         st.draft_cost = self.draft_cost_estimate() or 0.0
-        if self.saving is None or self.saving > 0.0:
+        if not self.losing:
             self.silent_s = 0.0
         elif self.silent_s * REMEASURE_BUDGET >= -self.measure_net:
-            self.saving, self.step_tokens = None, 1.0
-            self.measure_net = self.silent_s = 0.0
+            self.saving, self.saving_steps, self.step_tokens = None, 0, 1.0
+            self.measure_net = self.measure_sq = self.silent_s = 0.0
             st.remeasures = True
         st.silent = self.silenced
         return st
 
     def end_request(self, st: PolicyState, decode_s: float, drafted: bool) -> None:
         """A request ended after ``decode_s`` seconds of decoding (prefill excluded); ``drafted``: some of
-        its drafts were verified. Time sat out while silenced counts towards the next re-measure. A
+        its drafts were verified. Time sat out while :attr:`losing` counts towards the next re-measure. A
         cost table that drifted is written back to its cache."""
         if st.cost is None:
             return
-        if not drafted and self.silenced:
+        if not drafted and self.losing:
             self.silent_s += max(0.0, decode_s)
         st.cost.save_if_drifted()
 
@@ -363,7 +416,7 @@ class DraftPolicy:
             t1 = st.cost.time(1)
             # the verification's time beyond T(1), unclipped: forwards jitter both ways, and clipping at 0
             # would charge every draft the jitter's upper half
-            saving = self.observe_saving((emitted - 1) * t1 - st.drafted_s - (forward_s - t1), emitted)
+            saving = self.observe_saving((emitted - 1) * t1 - st.drafted_s - (forward_s - t1), emitted, t1)
             paid = saving >= 0.0  # the first token's test only where the step was not timed (a batch)
         st.drafted_s, st.first_ok = 0.0, None
         if paid is True:

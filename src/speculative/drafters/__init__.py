@@ -160,6 +160,7 @@ def build_drafter(spec: str | DrafterSpec, target: Backend, ctx: BuildContext | 
         drafter = DRAFTER_TYPES[spec.kind].factory(spec, target, ctx)
     try:
         drafter.bind(target)
+        drafter.warm_up()
     except BaseException:
         drafter.close()
         raise

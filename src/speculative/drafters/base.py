@@ -136,6 +136,15 @@ class Drafter(abc.ABC):
         """
         self.target = target
 
+    def warm_up(self) -> None:
+        """Run the drafter once on made-up input after :meth:`bind`, so that what a first call costs once per
+        process (PyTorch's thread pool, lazily packed int8 weights, allocations) is paid at load and not in the
+        first request's first proposal, where the draft policy would count it as the drafter's cost and could
+        silence it (a replay of the Qwen gate v18's first question: one head call took 233 ms against 3-6 ms;
+        docs/policy.md, "Warm-up"). Leaves no request state and no calibration or policy tallies (a head sets
+        PyTorch's thread count to the target's, as its proposals do, and :meth:`close` restores it). Default:
+        nothing to do (a draft model's first forward is its prompt's catch-up, which the policy times apart)."""
+
     # ---- one request ------------------------------------------------------------------------------
 
     def start(self, prompt: Sequence[int], messages: Sequence[dict] | None = None, tenant: str = "") -> DraftState:

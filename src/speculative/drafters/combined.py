@@ -78,6 +78,11 @@ class CombinedDrafter(Drafter):
         if self.other.target is not target:
             self.other.bind(target)
 
+    def warm_up(self) -> None:
+        """Warm the other drafter (a head warms up once, so the one :func:`~speculative.drafters.build_drafter`
+        already warmed does nothing again); the suffix drafter runs no network."""
+        self.other.warm_up()
+
     def start(self, prompt, messages=None, tenant: str = "") -> CombinedState:
         return CombinedState(prompt_len=len(prompt), suffix=self.suffix.start(prompt, messages, tenant=tenant),
                              other=self.other.start(prompt, messages, tenant=tenant))

@@ -175,6 +175,7 @@ class _HeadDrafter(Drafter):
             self.vocab_ids = self.vocab_ids[:draft_vocab]
         self._torch = torch
         self._threads_before: int | None = None
+        self._warm = False
         self.weights = None
 
     def bind(self, target) -> None:
@@ -213,6 +214,32 @@ class _HeadDrafter(Drafter):
             horizon = max(state.feats) - 2 * self.hidden_window - 32
             for p in [p for p in state.feats if p < horizon]:
                 del state.feats[p]
+
+    def _new_state(self, prompt_len: int, scorer: ShadowScorer) -> HeadState:
+        """A request's state for a prompt of ``prompt_len`` tokens whose outcomes ``scorer`` tallies."""
+        return HeadState(prompt_len=prompt_len, scorer=scorer)
+
+    def start(self, prompt, messages=None, tenant="") -> HeadState:
+        return self._new_state(len(prompt), confidence_scorer(self.calibrations.get(tenant)))
+
+    @property
+    def feature_width(self) -> int:
+        """Floats per position in the features :meth:`observe_hidden` gets (the target's hidden state)."""
+        return self.cfg.hidden_size
+
+    def warm_up(self) -> None:
+        """One proposal through the real path (:meth:`propose`, so on the target's thread count, which it sets
+        for PyTorch as every proposal does) on zero features: the prompt window's catch-up, then two draft
+        tokens. Its state and calibration are thrown away (the tenants' calibrations are untouched). Once per
+        drafter; nothing before :meth:`bind`."""
+        if self.target is None or self._warm:
+            return
+        self._warm = True
+        n = max(1, self.hidden_window)
+        state = self._new_state(n, confidence_scorer())
+        zero = np.zeros(self.feature_width, dtype=np.float32)
+        state.feats = {j: zero for j in range(n)}
+        self.propose(state, [0] * (n + 1), 2, None, None)
 
     def _probs(self, logits):
         p = self._torch.softmax(logits.float(), dim=-1)
@@ -293,13 +320,11 @@ class EagleDrafter(_HeadDrafter):
             return self._lm_head(out) if out.dim() > 1 else self._lm_head(out[None])[0]
         return out @ self.weights.lm_head.T
 
-    def start(self, prompt, messages=None, tenant="") -> HeadState:
+    def _new_state(self, prompt_len: int, scorer: ShadowScorer) -> HeadState:
         from .head_nets import HeadCache
 
-        scorer = confidence_scorer(self.calibrations.get(tenant))
-        st = HeadState(prompt_len=len(prompt), cache=HeadCache(), scorer=scorer)
-        st.first = max(0, len(prompt) - self.hidden_window)
-        return st
+        return HeadState(prompt_len=prompt_len, cache=HeadCache(), scorer=scorer,
+                         first=max(0, prompt_len - self.hidden_window))
 
     def _sync(self, st: HeadState, context) -> object:
         """Feed the true (feature, next token) pairs up to the last committed token; return the last output."""
@@ -323,7 +348,7 @@ class EagleDrafter(_HeadDrafter):
         js = [j for j in range(st.first + len(st.pairs), last + 1) if j in st.feats]
         if not js or js != list(range(js[0], last + 1)):
             return None  # features missing (should not happen)
-        f = torch.from_numpy(np.stack([st.feats[j] for j in js]))
+        f = torch.from_numpy(np.stack([st.feats[j] for j in js])).to(self.device)  # the head's device (CUDA too)
         toks = torch.tensor([int(context[j + 1]) for j in js])
         out = self.head.step(f, self.weights.embed_tokens(toks), st.cache)
         st.pairs.extend(int(context[j + 1]) for j in js)
@@ -381,6 +406,11 @@ class Eagle3Drafter(EagleDrafter):
         self.weights = target_weights_for(target, self.vocab_ids[:1], self.device)  # input embeddings only
         Drafter.bind(self, target)
 
+    @property
+    def feature_width(self) -> int:
+        """Floats per position: three target layers' hidden states, concatenated."""
+        return 3 * (self.cfg.target_hidden_size or self.cfg.hidden_size)
+
     def _logits(self, out):
         return self.head.logits(out)
 
@@ -416,16 +446,13 @@ class MedusaDrafter(_HeadDrafter):
     def description(self) -> str:
         return f"medusa:{self.folder.name}" + (f",tree={self.tree}" if self.tree else "")
 
-    def start(self, prompt, messages=None, tenant="") -> HeadState:
-        return HeadState(prompt_len=len(prompt), scorer=confidence_scorer(self.calibrations.get(tenant)))
-
     def _propose(self, state, context, max_tokens, sampler, rng, min_confidence=0.0) -> DraftProposal:
         torch = self._torch
         state.scorer.score(context)
         last = len(context) - 2
         if last not in state.feats:
             return DraftProposal()
-        f = torch.from_numpy(state.feats[last])
+        f = torch.from_numpy(state.feats[last]).to(self.device)
         heads = self.head(f)  # [K, H]
         if self.own_lm is not None:
             probs = self._probs(torch.einsum("kh,kvh->kv", heads, self.own_lm))
