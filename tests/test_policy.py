@@ -10,7 +10,7 @@ import pytest
 from conftest import FrozenCost
 from speculative.drafters import NgramDrafter
 from speculative.drafters.base import DraftProposal, NoDrafter
-from speculative.policy import MAX_SKIP, REMEASURE_BUDGET, DraftPolicy
+from speculative.policy import MAX_SKIP, REMEASURE_BUDGET, DraftPolicy, _student_t
 from speculative.stats import GenerationStats
 
 pytestmark = pytest.mark.quick
@@ -212,7 +212,7 @@ def test_silencing_waits_for_a_sure_loss():
     # a head accepted at 1 step in 10 (+28 ms) that loses 4 ms otherwise: -0.8 ms a step, sure after 319 steps, as
     # a bound on an average of the last steps alone never would (its standard error stops shrinking)
     slight = _silenced_after(([-4.0] * 9 + [28.0]) * 200)
-    assert not any(slight[:100]) and slight[-1], slight.index(True)
+    assert slight.index(True) == 318 and slight[-1]
     # the earlier rule (silenced once the mean is not positive) silenced the unlucky head and the cold start at once
     p = DraftPolicy(NetworkDrafter())
     for s in cold_start[:2]:
@@ -273,6 +273,36 @@ def test_a_drafter_that_stops_drafting_is_measured_afresh_in_either_state():
     assert p.saving > 0 and p.silenced and p.losing and p.measure_net < 0
     st = p.begin_request(FLAT, 4, 64)
     assert st.silent
-    p.end_request(st, -p.measure_net / 0.01, drafted=False)
+    p.end_request(st, -p.measure_net / 0.01 * 1.001, drafted=False)
     st = p.begin_request(FLAT, 4, 64)
     assert st.remeasures and not st.silent
+
+
+def test_the_t_quantile_matches_the_tables():
+    """Student's t at the 95% one-sided level (z = 1.645) against the tables, and the normal quantile in the limit;
+    infinite below one degree of freedom."""
+    exact = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 10: 1.812, 30: 1.697, 1000: 1.646}
+    for dof, t in exact.items():
+        assert _student_t(1.645, dof) == pytest.approx(t, rel=0.05 if dof == 1 else 0.003), dof
+    assert _student_t(1.645, 0.5) == math.inf
+
+
+def test_a_spread_needs_its_degrees_of_freedom():
+    """Steps that differ: two of -20 and -10 ms are not a sure loss (1 degree of freedom), three are (2), at no
+    prior; the variance is the sample's (n - 1), not the population's."""
+    assert _silenced_after([-20.0, -10.0, -20.0], t1_ms=0.0) == [False, False, True]
+    # mean -15 ms, sample sd 7.07 ms: 2 steps give -15 + 6.01 x 5.0 > 0; 3 steps give -16.7 + 2.91 x 3.33 < 0
+
+
+def test_a_drafter_that_gained_before_is_measured_afresh_at_once_when_its_recent_steps_lose():
+    """A drafter whose running average turned negative after it had gained overall since its last measure
+    (``measure_net`` >= 0) is measured afresh at the next request, without sitting anything out: its old gains
+    say nothing of a workload that changed, and the budget owes nothing."""
+    p = DraftPolicy(NetworkDrafter())
+    for _ in range(40):
+        p.observe_saving(0.010, 2, 0.010)
+    for _ in range(30):
+        p.observe_saving(-0.003, 1, 0.010)
+    assert p.saving < 0 and p.measure_net > 0 and not p.silenced and p.losing
+    st = p.begin_request(FLAT, 4, 64)
+    assert st.remeasures and not st.silent and p.saving is None and p.measure_net == 0.0

@@ -60,6 +60,7 @@ class SpeculativeGenerator:
         self.drafter = drafter or NoDrafter()
         if self.drafter.target is not target:
             self.drafter.bind(target)
+        self.drafter.warm_up()  # once per drafter: one built by build_drafter is warm already
         self.config = (config or GenerationConfig()).validate()
         self._cost_model = cost_model
         self.policy = DraftPolicy(self.drafter)
