@@ -273,7 +273,7 @@ def test_a_drafter_that_stops_drafting_is_measured_afresh_in_either_state():
     assert p.saving > 0 and p.silenced and p.losing and p.measure_net < 0
     st = p.begin_request(FLAT, 4, 64)
     assert st.silent
-    p.end_request(st, -p.measure_net / 0.01 * 1.001, drafted=False)
+    p.end_request(st, -p.measure_net / REMEASURE_BUDGET * 1.001, drafted=False)
     st = p.begin_request(FLAT, 4, 64)
     assert st.remeasures and not st.silent
 
