@@ -34,7 +34,7 @@ INTEL = "Intel x86-64 with AVX-512, 2 cores"
 EPYC = "AMD EPYC (Zen 3), AVX2 only, 2 cores"
 ZEN4 = "AMD EPYC (Zen 4), AVX-512 with VNNI, 2 cores"
 XEON = "Intel Xeon (Sapphire Rapids class), AVX-512 with VNNI, 2 cores"
-MACHINE = {"qwen-gate-v19-xeon": XEON, "qwen-gate-v18-zen4": ZEN4, "qwen-gate-v17d-zen4": ZEN4, "qwen-gate-v17c-zen4": ZEN4, "qwen-gate-v17b-zen4": ZEN4, "qwen-gate-v17-zen4": ZEN4, "qwen-gate-v14-zen4": ZEN4, "qwen-gate-v14-xeon": XEON, "qwen-gate-v10-xeon": XEON, "qwen-agentic-clean-env-xeon": XEON, "qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
+MACHINE = {"qwen-gate-v20-zen3": EPYC, "qwen-gate-v19-xeon": XEON, "qwen-gate-v18-zen4": ZEN4, "qwen-gate-v17d-zen4": ZEN4, "qwen-gate-v17c-zen4": ZEN4, "qwen-gate-v17b-zen4": ZEN4, "qwen-gate-v17-zen4": ZEN4, "qwen-gate-v14-zen4": ZEN4, "qwen-gate-v14-xeon": XEON, "qwen-gate-v10-xeon": XEON, "qwen-agentic-clean-env-xeon": XEON, "qwen-gate-clean-env-xeon": XEON, "qwen-gate-clean-env-zen4": ZEN4, "qwen-stock-peer-zen4": ZEN4, "qwen-gate-hugepages-zen4": ZEN4, "qwen-gate-f16attn-zen4": ZEN4, "qwen-gate-kvpad-zen4": ZEN4, "qwen-head-gate-zen4": ZEN4, "qwen-agentic2-zen4": ZEN4, "qwen-gate-zen4": ZEN4, "qwen-eagle-zen4": ZEN4, "qwen-agentic-zen4": ZEN4, "qwen-gate-4": EPYC, "qwen-avx2-tiles": EPYC, "qwen-transformers-flat": EPYC,
            "qwen-xvocab-transformers-3": EPYC}
 #: plain decoders that are not ours, by name, for runs that did not record the ``unmodified`` flag: their code
 #: and kernels are llama.cpp's (its default build) or PyTorch's, unmodified. The in-process llama-cpp-python peer
@@ -253,6 +253,13 @@ TABLES = {
         ("qwen-gate-v19-xeon", "llama-cpp-python (stock)", " (pip's default build)"),
         ("qwen-gate-v19-xeon", "llama-server", " (llama.cpp's default build)"),
         ("qwen-gate-v19-xeon", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
+        ("qwen-gate-v20-zen3", "suffix", ""),
+        ("qwen-gate-v20-zen3", "ngram", ""),
+        ("qwen-gate-v20-zen3", "eagle:qwen2.5-coder-1.5b-instruct-eagle", " (trained head)"),
+        ("qwen-gate-v20-zen3", "baseline", " (our plain decoding)"),
+        ("qwen-gate-v20-zen3", "llama-cpp-python (stock)", " (pip's default build)"),
+        ("qwen-gate-v20-zen3", "llama-server", " (llama.cpp's default build)"),
+        ("qwen-gate-v20-zen3", "llama-server-spec", " (llama.cpp's own, 0.5B draft model)"),
         ("qwen-agentic-clean-env-xeon", "ngram", " (k = 16)"),
         ("qwen-agentic-clean-env-xeon", "suffix", " (suffix decoding, k = 16)"),
         ("qwen-agentic-clean-env-xeon", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
@@ -260,8 +267,8 @@ TABLES = {
         ("qwen-agentic2-zen4", "ngram", " (k = 16)"),
         ("qwen-agentic2-zen4", "llama-server-ngram-mod", " (llama.cpp's own n-gram)"),
         ("qwen-peers-v3", "ngram", ""),
-        ("qwen-gate-4", "ngram", ""),
     ]),
+    "qwen-gate-v20-zen3": lambda: methods_table(["qwen-gate-v20-zen3"], categories=True),
     "qwen-gate-v19-xeon": lambda: methods_table(["qwen-gate-v19-xeon"], categories=True),
     "qwen-gate-v18-zen4": lambda: methods_table(["qwen-gate-v18-zen4"], categories=True),
     "qwen-gate-v17d-zen4": lambda: methods_table(["qwen-gate-v17d-zen4"], categories=True),

@@ -204,6 +204,10 @@ MUTATIONS = {
     "q4_K pair scale (packed)": ("bimm.c", "const vi sc2 = VPACK16(sc, sc);", "const vi sc2 = sc;", "pairs"),
     # without VNNI: a Q4_K sub-block's scale in the pair product's low half only (its odd pairs dropped)
     "q4_K pair scale (no VNNI)": ("bimm.c", "const vi sc2 = VOR(sc, VSLL32(sc, 16));", "const vi sc2 = sc;", "no VNNI"),
+    # without VNNI: a Q4_K sub-block's 16-bit pair sums taking each vector's products from its neighbour's
+    # activations (every vector's weights against the wrong four bytes)
+    "q4_K 16-bit sums (no VNNI)": ("bimm.c", "s16[t] = VADD16(s16[t], VMADDUBS(u, VBCAST(a[t] + 4 * m)));",
+                                   "s16[t] = VADD16(s16[t], VMADDUBS(u, VBCAST(a[t] + 4 * (m ^ 1))));", "no VNNI"),
     # a Q6_K sub-block multiplied by another sub-block's scale
     "q6_K wrong scale": ("bimm.c", "isum[t] = DPWSSD(isum[t], dot, scs[k]);",
                          "isum[t] = DPWSSD(isum[t], dot, scs[3 - k]);", "kernels"),
